@@ -1,0 +1,207 @@
+"""`llm-prober` command line: run | probe | check-config | sim | demo (and bench).
+
+Settings are built here once and passed down. This is the one catch-all of the program:
+a bad input prints one clear line and exits 2; nothing else escapes as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from prober import __version__, timings
+from prober.logs import get_logger, setup_logging
+from prober.request import Api, RequestSpec, Timeouts, stream_request
+from prober.result import RequestResult
+from prober.settings import ConfigError, load_settings
+
+EXIT_USAGE = 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llm-prober", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"llm-prober {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the exporter daemon")
+    run.add_argument("--config", type=Path, help="YAML file (environment LLMPROBER_* overrides)")
+
+    check = sub.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("config", type=Path)
+
+    probe = sub.add_parser("probe", help="send one streaming request and print the result")
+    probe.add_argument("--url", required=True, help="OpenAI base URL, e.g. http://host:8080/v1")
+    probe.add_argument("--model", required=True)
+    probe.add_argument("--api", choices=[a.value for a in Api], default=Api.CHAT.value)
+    probe.add_argument("--prompt-tokens", type=_positive_int, default=64)
+    probe.add_argument("--max-tokens", type=_positive_int, default=16)
+    probe.add_argument("--api-key-env", metavar="VAR", help="environment variable with the key")
+    probe.add_argument("--timeout", type=_positive_float, default=60.0, help="total seconds")
+    probe.add_argument("--json", action="store_true", help="print one JSON object")
+
+    from prober.sim import add_sim_arguments
+
+    sim = sub.add_parser("sim", help="run the engine simulator (OpenAI-compatible)")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8000)
+    add_sim_arguments(sim)
+
+    demo = sub.add_parser("demo", help="simulator + daemon together, metrics on a printed URL")
+    demo.add_argument("--port", type=int, default=9470, help="daemon port")
+    demo.add_argument("--sim-port", type=int, default=8000)
+    demo.add_argument("--load-rate", type=float, default=2.0, help="background requests/s")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(_dispatch(args))
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    command: str = args.command
+    if command == "check-config":
+        settings = load_settings(args.config)
+        print(f"{args.config}: ok ({len(settings.targets)} targets)")
+        return 0
+    if command == "run":
+        return run_daemon(args.config)
+    if command == "probe":
+        return asyncio.run(_probe(args))
+    if command == "sim":
+        return _sim(args)
+    if command == "demo":
+        from prober.demo import run_demo
+
+        return run_demo(args.port, args.sim_port, args.load_rate)
+    raise AssertionError(f"unhandled command {command}")
+
+
+def run_daemon(config: Path | None) -> int:
+    from prober.web import build_app
+
+    settings = load_settings(config)
+    setup_logging(settings.logging.format, settings.logging.level)
+    log = get_logger("prober")
+    server = settings.server
+    app = build_app(settings)
+    log.info("starting", version=__version__, listen=server.listen, targets=len(settings.targets))
+    web.run_app(
+        app,
+        host=server.host,
+        port=server.port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=server.grace_seconds,
+        handler_cancellation=True,
+    )
+    log.info("stopped")
+    return 0
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from prober.sim import build_app as build_sim, sim_config_from_args
+
+    try:
+        cfg = sim_config_from_args(args)
+    except ValueError as exc:
+        print(f"sim: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging("auto", "info")
+    print(f"simulator: http://{args.host}:{args.port}/v1 (model {cfg.model})", flush=True)
+    web.run_app(build_sim(cfg), host=args.host, port=args.port, print=None, access_log=None)
+    return 0
+
+
+async def _probe(args: argparse.Namespace) -> int:
+    from prober.prompts import PromptBuilder
+    from prober.web import client_session
+
+    headers: dict[str, str] = {}
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ConfigError([f"--api-key-env: environment variable {args.api_key_env} is unset"])
+        headers["Authorization"] = f"Bearer {key.strip()}"
+    prompt, _ = PromptBuilder().build(args.prompt_tokens)
+    spec = RequestSpec(
+        base_url=args.url,
+        api=Api(args.api),
+        model=args.model,
+        prompt=prompt,
+        max_tokens=args.max_tokens,
+        timeouts=Timeouts(total_seconds=args.timeout, first_token_seconds=args.timeout),
+        headers=headers,
+    )
+    async with client_session() as session:
+        result = await stream_request(session, spec, time.perf_counter_ns())
+    summary = result_summary(result)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            if key != "itl_seconds":
+                print(f"{key:>18}: {value}")
+    return 0 if result.ok else 1
+
+
+def result_summary(r: RequestResult) -> dict[str, Any]:
+    """The probe's JSON shape (keys are a public contract)."""
+    return {
+        "outcome": r.outcome.value,
+        "error": r.error,
+        "http_status": r.http_status,
+        "request_id": r.request_id,
+        "ttft_seconds": timings.ttft(r),
+        "ttfo_seconds": timings.ttfo(r),
+        "tpot_seconds": timings.tpot(r),
+        "e2e_seconds": timings.e2e(r),
+        "dispatch_lag_seconds": timings.dispatch_lag(r),
+        "itl_seconds": timings.itl_gaps(r),
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "reasoning_tokens": r.reasoning_tokens,
+        "token_source": r.token_source.value,
+        "server_prefill_seconds": r.server_prefill_seconds,
+        "server_decode_per_token_seconds": r.server_decode_per_token_seconds,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Every llm-prober metric, declared once on an injected registry; `record()` a result.
+
+Names follow DESIGN section 4: prefix `llmprober_`, base units, counters end in `_total`.
+Labels come from configuration only (`target`, `model`, `mode`) or from closed sets (`outcome`,
+`kind`, `source`, `state`), so cardinality is bounded. Latency observations carry the request
+id as an exemplar, so a slow bucket leads to one concrete request in the logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from prober import timings
+from prober.result import Outcome, RequestResult
+from prober.timings import Slo
+
+# vLLM's TTFT buckets (so client and server series share queries), up to minutes.
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+# vLLM's inter-token buckets, extended down to a millisecond for fast engines.
+TPOT_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+    0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+# vLLM's end-to-end buckets, with a sub-second start for short probes.
+E2E_BUCKETS = (
+    0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+# The client's own lateness: microseconds to seconds.
+LAG_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+)  # fmt: skip
+
+TARGET_LABELS = ("target", "model")
+REQUEST_LABELS = ("target", "model", "mode")
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    target: str
+    model: str
+
+    def with_mode(self, mode: str) -> tuple[str, str, str]:
+        return (self.target, self.model, mode)
+
+
+class Metrics:
+    """The metric families of one registry. Build one per registry (daemon, `/probe`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, REQUEST_LABELS, buckets=buckets, registry=registry)
+
+        self.ttft = histogram(
+            "llmprober_ttft_seconds", "Time to first token on any channel, from the scheduled send",
+            TTFT_BUCKETS,
+        )  # fmt: skip
+        self.ttfo = histogram(
+            "llmprober_ttfo_seconds", "Time to first answer (content) token, from scheduled send",
+            TTFT_BUCKETS,
+        )  # fmt: skip
+        self.tpot = histogram(
+            "llmprober_tpot_seconds", "Mean time per output token after the first.", TPOT_BUCKETS
+        )
+        self.itl = histogram(
+            "llmprober_itl_seconds", "Every gap between consecutive token events.", TPOT_BUCKETS
+        )
+        self.e2e = histogram(
+            "llmprober_e2e_seconds", "End-to-end latency of successful streams.", E2E_BUCKETS
+        )
+        self.dispatch_lag = histogram(
+            "llmprober_dispatch_lag_seconds", "Send time minus scheduled time (client lateness).",
+            LAG_BUCKETS,
+        )  # fmt: skip
+        self.server_prefill = histogram(
+            "llmprober_server_prefill_seconds", "Prefill time reported by the server.", TTFT_BUCKETS
+        )
+        self.server_decode = histogram(
+            "llmprober_server_decode_per_token_seconds",
+            "Decode time per token reported by the server.", TPOT_BUCKETS,
+        )  # fmt: skip
+        self.requests = Counter(
+            "llmprober_requests", "Requests by outcome.", (*REQUEST_LABELS, "outcome"),
+            registry=registry,
+        )  # fmt: skip
+        self.good = Counter(
+            "llmprober_requests_good", "Requests that succeeded within the target's SLO (goodput).",
+            REQUEST_LABELS, registry=registry,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "llmprober_tokens", "Tokens by kind (output includes reasoning).",
+            (*REQUEST_LABELS, "kind"), registry=registry,
+        )  # fmt: skip
+        self.probe_success = Gauge(
+            "llmprober_probe_success", "Whether the last probe succeeded (1) or not (0).",
+            TARGET_LABELS, registry=registry,
+        )  # fmt: skip
+        self.last_probe = Gauge(
+            "llmprober_last_probe_timestamp_seconds", "Unix time the last probe finished.",
+            TARGET_LABELS, registry=registry,
+        )  # fmt: skip
+        self.probe_interval = Gauge(
+            "llmprober_probe_interval_seconds", "Configured probe interval.", TARGET_LABELS,
+            registry=registry,
+        )  # fmt: skip
+        self.slo_ttft = Gauge(
+            "llmprober_slo_ttft_seconds", "Configured TTFT SLO.", TARGET_LABELS, registry=registry
+        )
+        self.slo_tpot = Gauge(
+            "llmprober_slo_tpot_seconds", "Configured TPOT SLO.", TARGET_LABELS, registry=registry
+        )
+        self.slo_e2e = Gauge(
+            "llmprober_slo_e2e_seconds", "Configured end-to-end SLO (when set).", TARGET_LABELS,
+            registry=registry,
+        )  # fmt: skip
+
+    def describe_target(self, labels: Labels, slo: Slo, interval_seconds: float) -> None:
+        """Publish a target's configuration so dashboards can draw SLO lines."""
+        key = (labels.target, labels.model)
+        self.slo_ttft.labels(*key).set(slo.ttft_seconds)
+        self.slo_tpot.labels(*key).set(slo.tpot_seconds)
+        if slo.e2e_seconds is not None:
+            self.slo_e2e.labels(*key).set(slo.e2e_seconds)
+        self.probe_interval.labels(*key).set(interval_seconds)
+        for outcome in Outcome:
+            self.requests.labels(*labels.with_mode("probe"), outcome.value)
+
+    def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
+        """Observe one result; return whether it was good (within SLO)."""
+        key = labels.with_mode(mode)
+        exemplar = {"request_id": result.request_id[:64]} if result.request_id else None
+        self.requests.labels(*key, result.outcome.value).inc()
+        self.dispatch_lag.labels(*key).observe(timings.dispatch_lag(result))
+        if result.prompt_tokens:
+            self.tokens.labels(*key, "prompt").inc(result.prompt_tokens)
+        if result.output_tokens:
+            self.tokens.labels(*key, "output").inc(result.output_tokens)
+        if result.reasoning_tokens:
+            self.tokens.labels(*key, "reasoning").inc(result.reasoning_tokens)
+        self._observe_latencies(result, key, exemplar)
+        good = timings.is_good(result, slo)
+        if good:
+            self.good.labels(*key).inc()
+        else:
+            self.good.labels(*key)  # the series exists at 0, so ratios are defined
+        return good
+
+    def _observe_latencies(
+        self, r: RequestResult, key: tuple[str, str, str], exemplar: dict[str, str] | None
+    ) -> None:
+        if (first := timings.ttft(r)) is not None:
+            self.ttft.labels(*key).observe(first, exemplar)
+        if (first_content := timings.ttfo(r)) is not None:
+            self.ttfo.labels(*key).observe(first_content, exemplar)
+        if (per_token := timings.tpot(r)) is not None:
+            self.tpot.labels(*key).observe(per_token, exemplar)
+        itl = self.itl.labels(*key)
+        for gap in timings.itl_gaps(r):
+            itl.observe(gap)
+        if (total := timings.e2e(r)) is not None:
+            self.e2e.labels(*key).observe(total, exemplar)
+        if r.server_prefill_seconds is not None:
+            self.server_prefill.labels(*key).observe(r.server_prefill_seconds)
+        if r.server_decode_per_token_seconds is not None:
+            self.server_decode.labels(*key).observe(r.server_decode_per_token_seconds)
+
+    def record_probe(self, result: RequestResult, labels: Labels, wall_end: float) -> None:
+        key = (labels.target, labels.model)
+        self.probe_success.labels(*key).set(1 if result.ok else 0)
+        self.last_probe.labels(*key).set(wall_end)

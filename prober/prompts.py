@@ -1,0 +1,80 @@
+"""Synthetic prompts of a requested length in tokens, cache-busted and calibrated.
+
+The server's `usage.prompt_tokens` is the truth about length. A `PromptBuilder` keeps a
+tokens-per-word ratio, learned from what the server reports, and sizes the next prompt to
+land on the requested token count; the chat template's fixed overhead is absorbed by the
+ratio and the estimate converges within a few requests.
+
+Cache-busting (default): every prompt starts with random words, so no prefix cache can serve
+it. With cache-busting off the prompt for a given length is identical every time (the bench
+experiment that proves caching matters).
+"""
+
+from __future__ import annotations
+
+import random
+
+# Common English words, each one token in the usual BPE / SentencePiece vocabularies, so the
+# tokens-per-word ratio stays nearly constant whatever words are drawn.
+_VOCABULARY = tuple(
+    (
+        "time year people way day man thing woman life child world school state family student "
+        "group country problem hand part place case week company system program question work "
+        "government number night point home water room mother area money story fact month lot "
+        "right study book eye job word business issue side kind head house service friend father "
+        "power hour game line end member law car city community name president team minute idea "
+        "kid body information back parent face others level office door health person art war "
+        "history party result change morning reason research girl guy moment air teacher force "
+        "education foot boy age policy music market sense nation plan college interest death "
+        "experience effect class control care field development role effort rate heart drug show "
+        "leader light voice wife police mind price report decision son view relationship town "
+        "road arm difference value building action model season society tax director position "
+        "player record paper space ground form event official matter center couple site project "
+        "activity star table need court oil situation cost industry figure street image phone "
+        "data picture practice piece land product doctor wall patient worker news test movie "
+        "north love support technology step baby computer type attention film tree source "
+        "organization hair window evidence population river garden island bridge mountain summer "
+        "winter letter animal bird horse ship train chair glass stone plant color sound "
+    ).split()
+)
+_INSTRUCTION = "Write a long, detailed story that uses these words:"
+_BUST_WORDS = 6
+_INITIAL_TOKENS_PER_WORD = 1.3
+_SMOOTHING = 0.8
+
+
+class PromptBuilder:
+    """Build prompts for one target; `observe()` feeds back the server's prompt token count."""
+
+    def __init__(self, *, cache_bust: bool = True, seed: int | None = None) -> None:
+        self._cache_bust = cache_bust
+        self._rng = random.Random(seed)
+        self._tokens_per_word = _INITIAL_TOKENS_PER_WORD
+
+    @property
+    def tokens_per_word(self) -> float:
+        return self._tokens_per_word
+
+    def words_for(self, tokens: int) -> int:
+        return max(1, round(tokens / self._tokens_per_word))
+
+    def build(self, tokens: int) -> tuple[str, int]:
+        """A prompt of about `tokens` tokens, and its word count (to pass to `observe`)."""
+        n_words = self.words_for(tokens)
+        body_words = max(0, n_words - len(_INSTRUCTION.split()))
+        if self._cache_bust:
+            bust = self._rng.choices(_VOCABULARY, k=min(_BUST_WORDS, body_words))
+            body_words -= len(bust)
+        else:
+            bust = []
+        # The body is fixed for a given length: only the random prefix differs between requests.
+        body = [_VOCABULARY[(i * 7919) % len(_VOCABULARY)] for i in range(body_words)]
+        text = " ".join([*bust, _INSTRUCTION, *body]) if bust else " ".join([_INSTRUCTION, *body])
+        return text, len(text.split())
+
+    def observe(self, words: int, prompt_tokens: int) -> None:
+        """Learn from the server's `usage.prompt_tokens` for a prompt of `words` words."""
+        if words <= 0 or prompt_tokens <= 0:
+            return
+        ratio = prompt_tokens / words
+        self._tokens_per_word += _SMOOTHING * (ratio - self._tokens_per_word)

@@ -1,0 +1,237 @@
+"""One streamed request → `RequestResult`. The only module that talks to the HTTP client.
+
+`stream_request` never raises for server or network faults: every fault becomes an outcome
+(DESIGN section 1). Only cancellation propagates. Stamps are taken when a read returns, before
+any parsing, so JSON decoding never inflates a latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+from typing import Any
+
+import aiohttp
+
+from prober.result import Outcome, RequestResult
+from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
+from prober.stream import Finish, InStreamError, StreamState
+
+_ERROR_BODY_BYTES = 2048
+
+
+class Api(StrEnum):
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+    OLLAMA = "ollama"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_seconds: float = 5.0
+    first_token_seconds: float = 60.0
+    idle_seconds: float = 30.0
+    total_seconds: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What to send. `headers` already carry any credentials; they are never logged."""
+
+    base_url: str
+    api: Api
+    model: str
+    prompt: str
+    max_tokens: int
+    timeouts: Timeouts = Timeouts()
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    ssl: ssl.SSLContext | bool = True
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    keep_text: bool = False
+
+
+def endpoint(base_url: str, api: Api) -> str:
+    base = base_url.rstrip("/")
+    if api is Api.OLLAMA:
+        return base.removesuffix("/v1") + "/api/chat"
+    return base + ("/chat/completions" if api is Api.CHAT else "/completions")
+
+
+def request_body(spec: RequestSpec) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": spec.model, "stream": True}
+    if spec.api is Api.COMPLETIONS:
+        body["prompt"] = spec.prompt
+    else:
+        body["messages"] = [{"role": "user", "content": spec.prompt}]
+    if spec.api is Api.OLLAMA:
+        body["options"] = {"num_predict": spec.max_tokens}
+    else:
+        body["max_tokens"] = spec.max_tokens
+        body["stream_options"] = {"include_usage": True}
+    body.update(spec.extra_body)
+    return body
+
+
+class _Phase(StrEnum):
+    CONNECT = "connect"
+    FIRST_TOKEN = "first_token"
+    STREAMING = "streaming"
+
+
+async def stream_request(
+    session: aiohttp.ClientSession, spec: RequestSpec, t_sched_ns: int
+) -> RequestResult:
+    """Send `spec` as one streaming request scheduled at `t_sched_ns`; return what it yielded."""
+    exchange = _Exchange(session, spec, t_sched_ns)
+    try:
+        return await exchange.run()
+    except _StaleConnection:
+        # A pooled keep-alive connection the server had already closed (llama-server closes
+        # after every stream): nothing reached the server, so send once more on a fresh one.
+        return await _Exchange(session, spec, t_sched_ns).run(reuse=False)
+
+
+class _StaleConnection(Exception):
+    pass
+
+
+class _Exchange:
+    """One attempt: its phase decides how a timeout or a broken connection is classified."""
+
+    def __init__(self, session: aiohttp.ClientSession, spec: RequestSpec, t_sched_ns: int) -> None:
+        self.session = session
+        self.spec = spec
+        self.t_sched_ns = t_sched_ns
+        request_id = uuid.uuid4().hex
+        self.state = StreamState(
+            request_id, ndjson=spec.api is Api.OLLAMA, keep_text=spec.keep_text
+        )
+        self.phase = _Phase.CONNECT
+        self.wall_start = time.time()
+        self.t_send_ns = 0
+
+    def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
+        return self.state.result(
+            outcome, error, status, self.t_sched_ns, self.t_send_ns, time.perf_counter_ns(),
+            self.wall_start,
+        )  # fmt: skip
+
+    async def run(self, *, reuse: bool = True) -> RequestResult:
+        loop = asyncio.get_running_loop()
+        timeouts = self.spec.timeouts
+        self.t_send_ns = time.perf_counter_ns()
+        total_deadline = loop.time() + timeouts.total_seconds
+        try:
+            async with asyncio.timeout_at(
+                min(loop.time() + timeouts.first_token_seconds, total_deadline)
+            ) as deadline:
+                async with self._post(reuse) as resp:
+                    self.phase = _Phase.FIRST_TOKEN
+                    if resp.status != 200:
+                        return await _http_failure(resp, self.finish)
+                    reader = _reader(self.spec)
+                    state = self.state
+                    async for chunk in resp.content.iter_any():
+                        t_ns = time.perf_counter_ns()
+                        if state.t_first_byte_ns is None:
+                            state.t_first_byte_ns = t_ns
+                        if state.feed(reader, chunk, t_ns) and state.t_first_token_ns is not None:
+                            self.phase = _Phase.STREAMING
+                            deadline.reschedule(
+                                min(loop.time() + timeouts.idle_seconds, total_deadline)
+                            )
+                    state.close(reader, time.perf_counter_ns())
+        except TimeoutError as exc:
+            return self._timed_out(exc, loop.time() >= total_deadline - 1e-3)
+        except InStreamError as exc:
+            return self.finish(Outcome.HTTP_5XX, f"server error in stream: {exc}")
+        except (StreamError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            # ValueError covers invalid JSON; the others an event of the wrong shape.
+            detail = f"{type(exc).__name__}: {exc}"
+            return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {detail}"[:300])
+        except aiohttp.ClientConnectorError as exc:
+            return self.finish(Outcome.CONNECT_ERROR, f"cannot connect: {exc}")
+        except (aiohttp.ClientError, OSError) as exc:
+            if self.phase is not _Phase.CONNECT:
+                return self.finish(Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {exc!r}")
+            if reuse and isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
+                raise _StaleConnection from exc
+            return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {exc!r}")
+        return self.state.conclude(self.finish)
+
+    def _post(self, reuse: bool) -> Any:
+        spec = self.spec
+        timeouts = spec.timeouts
+        headers = {"X-Request-Id": self.state.request_id, **spec.headers}
+        if not reuse:
+            headers["Connection"] = "close"
+        return self.session.post(
+            endpoint(spec.base_url, spec.api),
+            json=request_body(spec),
+            headers=headers,
+            ssl=spec.ssl,
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=timeouts.connect_seconds, sock_connect=timeouts.connect_seconds
+            ),
+        )
+
+    def _timed_out(self, exc: TimeoutError, total_reached: bool) -> RequestResult:
+        timeouts = self.spec.timeouts
+        # aiohttp's own connect timeout; every other TimeoutError is our deadline expiring.
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return self.finish(
+                Outcome.TIMEOUT_CONNECT, f"no connection in {timeouts.connect_seconds}s"
+            )
+        if total_reached:
+            return self.finish(Outcome.TIMEOUT_TOTAL, f"no end in {timeouts.total_seconds}s")
+        if self.phase is _Phase.STREAMING:
+            return self.finish(Outcome.STALLED, f"no event for {timeouts.idle_seconds}s")
+        return self.finish(
+            Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
+        )
+
+
+def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:
+    if spec.api is Api.OLLAMA:
+        return LineSplitter(spec.max_line_bytes)
+    return SSEParser(spec.max_line_bytes)
+
+
+async def _http_failure(resp: aiohttp.ClientResponse, finish: Finish) -> RequestResult:
+    status = resp.status
+    try:
+        snippet = (await resp.content.read(_ERROR_BODY_BYTES)).decode(errors="replace")
+    except aiohttp.ClientError:
+        snippet = ""
+    message = f"HTTP {status}: {' '.join(snippet.split())[:200]}"
+    if status == 429:
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+        return replace(finish(Outcome.HTTP_429, message, status), retry_after_seconds=retry_after)
+    if 400 <= status < 500:
+        outcome = Outcome.HTTP_4XX
+    elif status >= 500:
+        outcome = Outcome.HTTP_5XX
+    else:
+        outcome = Outcome.PROTOCOL_ERROR
+    return finish(outcome, message, status)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """`Retry-After` as seconds: a delta in seconds or an HTTP date; None when absent or bad."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None

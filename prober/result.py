@@ -1,0 +1,67 @@
+"""The record of one streamed request: the outcome classes and the frozen `RequestResult`.
+
+Stamps are `time.perf_counter_ns()` values (monotonic). `wall_start` is wall-clock time for
+logs and exemplars only, never for a latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """Exactly one per request (DESIGN section 1)."""
+
+    OK = "ok"
+    TIMEOUT_CONNECT = "timeout_connect"
+    TIMEOUT_FIRST_TOKEN = "timeout_first_token"
+    TIMEOUT_TOTAL = "timeout_total"
+    STALLED = "stalled"
+    CONNECT_ERROR = "connect_error"
+    HTTP_429 = "http_429"
+    HTTP_4XX = "http_4xx"
+    HTTP_5XX = "http_5xx"
+    PROTOCOL_ERROR = "protocol_error"
+    CANCELLED = "cancelled"
+
+
+class TokenSource(StrEnum):
+    """Where `output_tokens` came from: the server's usage block, or counted events."""
+
+    USAGE = "usage"
+    CHUNKS = "chunks"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """Everything one request yielded; the timing maths in `timings` work on this alone."""
+
+    outcome: Outcome
+    t_sched_ns: int
+    t_send_ns: int
+    t_end_ns: int
+    request_id: str = ""
+    error: str = ""
+    http_status: int | None = None
+    t_first_byte_ns: int | None = None
+    t_first_token_ns: int | None = None
+    t_first_content_ns: int | None = None
+    t_last_token_ns: int | None = None
+    # Arrival stamp of every token-bearing event, in order: the ITL gaps come from these.
+    token_event_ns: tuple[int, ...] = ()
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    token_source: TokenSource = TokenSource.CHUNKS
+    # Server-reported per-request timings (llama-server `timings`, Ollama durations).
+    server_prefill_seconds: float | None = None
+    server_decode_per_token_seconds: float | None = None
+    retry_after_seconds: float | None = None
+    wall_start: float = 0.0
+    # Completion text, kept only when debug logging of completions is on.
+    text: str = field(default="", repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK

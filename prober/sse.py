@@ -1,0 +1,106 @@
+"""Incremental stream framing: bytes in, lines out (`LineSplitter`), SSE events out (`SSEParser`).
+
+Handles LF, CRLF and lone CR line ends, a CRLF split across reads, comments (keep-alives),
+multi-line `data:` fields and events split anywhere. Malformed input raises `StreamError`,
+the only exception these parsers raise: an over-long line, invalid UTF-8, or a line that is
+no SSE field. OpenAI-compatible servers send only `data`, `event`, `id`, `retry` and comments,
+so an unknown field is a framing error worth counting rather than ignoring as the SSE spec
+would. Pending data without a closing blank line is still dispatched at end of stream: some
+servers end on `data: [DONE]\n`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
+
+
+class StreamError(ValueError):
+    """The stream's framing is broken; the message says how."""
+
+
+class LineSplitter:
+    """Split a byte stream into lines without their terminators."""
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self._buf = b""
+        self._max = max_line_bytes
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf + data if self._buf else data
+        # A trailing CR may be the first half of a CRLF: hold it until the next read.
+        tail = b""
+        if buf.endswith(b"\r"):
+            buf, tail = buf[:-1], b"\r"
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._buf = lines.pop() + tail
+        if len(self._buf) > self._max or (
+            len(data) > self._max and any(len(line) > self._max for line in lines)
+        ):
+            raise StreamError(f"line longer than {self._max} bytes")
+        return lines
+
+    def close(self) -> list[bytes]:
+        rest, self._buf = self._buf.rstrip(b"\r"), b""
+        return [rest] if rest else []
+
+
+class SSEEvent(NamedTuple):
+    data: str
+    event: str = ""
+
+
+class SSEParser:
+    """Server-sent events parser; feed it reads, it returns the events those reads completed."""
+
+    __slots__ = ("_data", "_event", "_lines")
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self._lines = LineSplitter(max_line_bytes)
+        self._data: list[bytes] = []
+        self._event = b""
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        return self._process(self._lines.feed(data))
+
+    def close(self) -> list[SSEEvent]:
+        events = self._process(self._lines.close())
+        if self._data:
+            events.append(self._dispatch())
+        return events
+
+    def _process(self, lines: list[bytes]) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        for line in lines:
+            if line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+            elif not line:
+                if self._data:
+                    events.append(self._dispatch())
+                self._event = b""
+            elif not line.startswith(b":"):
+                self._field(line)
+        return events
+
+    def _field(self, line: bytes) -> None:
+        name, colon, value = line.partition(b":")
+        if name not in _FIELDS:
+            raise StreamError(f"not an SSE field: {line[:40]!r}")
+        if name == b"event":
+            self._event = value[1:] if value.startswith(b" ") else value
+        elif name == b"data" and not colon:
+            self._data.append(b"")
+
+    def _dispatch(self) -> SSEEvent:
+        raw, self._data = b"\n".join(self._data), []
+        try:
+            return SSEEvent(raw.decode(), self._event.decode())
+        except UnicodeDecodeError as exc:
+            raise StreamError(f"event is not UTF-8: {exc.reason}") from None

@@ -1,0 +1,220 @@
+"""What a response stream says, event by event: tokens per channel, usage, server timings.
+
+`StreamState` turns decoded events (OpenAI SSE chunks, or Ollama's newline-delimited JSON) into
+the counts and stamps of a `RequestResult`. It knows nothing of HTTP or timeouts: `request`
+feeds it reads and asks it for the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from prober.result import Outcome, RequestResult, TokenSource
+from prober.sse import LineSplitter, SSEParser
+
+Finish = Callable[..., RequestResult]
+"""`finish(outcome, error="", status=None) -> RequestResult`, bound by `request`."""
+
+
+class InStreamError(ValueError):
+    """The server reported an error inside a 200 stream."""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+class StreamState:
+    """Accumulates one response stream; `done` turns true at its proper end."""
+
+    def __init__(self, request_id: str, *, ndjson: bool, keep_text: bool = False) -> None:
+        self.request_id = request_id
+        self.ndjson = ndjson
+        self.keep_text = keep_text
+        self.done = False
+        self.finish_reason: str | None = None
+        self.t_first_byte_ns: int | None = None
+        self.t_first_token_ns: int | None = None
+        self.t_first_content_ns: int | None = None
+        self.token_event_ns: list[int] = []
+        self.reasoning_events = 0
+        self.usage_prompt: int | None = None
+        self.usage_completion: int | None = None
+        self.usage_reasoning: int | None = None
+        self.server_prefill: float | None = None
+        self.server_decode_per_token: float | None = None
+        self.response_id = ""
+        self._text: list[str] = []
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def feed(self, reader: SSEParser | LineSplitter, chunk: bytes, t_ns: int) -> int:
+        """Parse one read stamped `t_ns`; return how many events it completed."""
+        if isinstance(reader, SSEParser):
+            events = reader.feed(chunk)
+            for event in events:
+                self._on_sse(event.data, t_ns)
+            return len(events)
+        lines = reader.feed(chunk)
+        for line in lines:
+            if line.strip():
+                self._on_ollama(json.loads(line), t_ns)
+        return len(lines)
+
+    def close(self, reader: SSEParser | LineSplitter, t_ns: int) -> None:
+        """End of body: flush what the reader still holds."""
+        if isinstance(reader, SSEParser):
+            for event in reader.close():
+                self._on_sse(event.data, t_ns)
+        else:
+            for line in reader.close():
+                if line.strip():
+                    self._on_ollama(json.loads(line), t_ns)
+
+    def _on_sse(self, data: str, t_ns: int) -> None:
+        if self.done:
+            return
+        if data == "[DONE]":
+            self.done = True
+            return
+        obj = json.loads(data)
+        if not isinstance(obj, dict):
+            raise ValueError(f"event is not a JSON object: {data[:40]!r}")
+        if "error" in obj:
+            raise InStreamError(_error_text(obj["error"]))
+        if not self.response_id and isinstance(rid := obj.get("id"), str):
+            self.response_id = rid
+        if (usage := obj.get("usage")) is not None:
+            self._usage(usage)
+        if (timings := obj.get("timings")) is not None:
+            self._llama_timings(timings)
+        for choice in obj.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if delta is not None:
+                content = delta.get("content")
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            else:
+                content, reasoning = choice.get("text"), None
+            self._token(content, reasoning, t_ns)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _on_ollama(self, obj: Any, t_ns: int) -> None:
+        if not isinstance(obj, dict):
+            raise ValueError("line is not a JSON object")
+        if "error" in obj:
+            raise InStreamError(_error_text(obj["error"]))
+        message = obj.get("message") or {}
+        self._token(message.get("content"), message.get("thinking"), t_ns)
+        if obj.get("done"):
+            self.done = True
+            self.finish_reason = str(obj.get("done_reason") or "stop")
+            self.usage_prompt = _int(obj.get("prompt_eval_count"))
+            self.usage_completion = _int(obj.get("eval_count"))
+            prefill_ns = _number(obj.get("prompt_eval_duration"))
+            eval_ns = _number(obj.get("eval_duration"))
+            if prefill_ns is not None:
+                self.server_prefill = prefill_ns / 1e9
+            if eval_ns is not None and self.usage_completion:
+                self.server_decode_per_token = eval_ns / 1e9 / self.usage_completion
+
+    def _token(self, content: Any, reasoning: Any, t_ns: int) -> None:
+        has_content = isinstance(content, str) and content != ""
+        has_reasoning = isinstance(reasoning, str) and reasoning != ""
+        if not (has_content or has_reasoning):
+            return
+        if self.t_first_token_ns is None:
+            self.t_first_token_ns = t_ns
+        if has_content and self.t_first_content_ns is None:
+            self.t_first_content_ns = t_ns
+        if has_reasoning:
+            self.reasoning_events += 1
+        self.token_event_ns.append(t_ns)
+        if self.keep_text and has_content:
+            self._text.append(content)
+
+    def _usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.usage_prompt = _int(usage.get("prompt_tokens"))
+        self.usage_completion = _int(usage.get("completion_tokens"))
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, dict):
+            self.usage_reasoning = _int(details.get("reasoning_tokens"))
+
+    def _llama_timings(self, timings: Any) -> None:
+        if not isinstance(timings, dict):
+            return
+        prompt_ms = _number(timings.get("prompt_ms"))
+        per_token_ms = _number(timings.get("predicted_per_token_ms"))
+        if prompt_ms is not None:
+            self.server_prefill = prompt_ms / 1000
+        if per_token_ms is not None:
+            self.server_decode_per_token = per_token_ms / 1000
+        if self.usage_prompt is None:
+            self.usage_prompt = _int(timings.get("prompt_n"))
+
+    # -- concluding ------------------------------------------------------------------------
+
+    def conclude(self, finish: Finish) -> RequestResult:
+        """The outcome of a stream whose body ended without a transport fault."""
+        if not self.done and self.finish_reason is None:
+            end = "final done:true line" if self.ndjson else "[DONE]"
+            return finish(Outcome.PROTOCOL_ERROR, f"stream ended without {end}")
+        if not self.token_event_ns:
+            return finish(Outcome.PROTOCOL_ERROR, "stream carried no token")
+        return finish(Outcome.OK)
+
+    def result(
+        self,
+        outcome: Outcome,
+        error: str,
+        status: int | None,
+        t_sched_ns: int,
+        t_send_ns: int,
+        t_end_ns: int,
+        wall_start: float,
+    ) -> RequestResult:
+        from_usage = self.usage_completion is not None
+        output = self.usage_completion if from_usage else len(self.token_event_ns)
+        reasoning = (
+            self.usage_reasoning if self.usage_reasoning is not None else self.reasoning_events
+        )
+        return RequestResult(
+            outcome=outcome,
+            t_sched_ns=t_sched_ns,
+            t_send_ns=t_send_ns,
+            t_end_ns=t_end_ns,
+            request_id=self.response_id or self.request_id,
+            error=error,
+            http_status=status if status is not None else (200 if self.t_first_byte_ns else None),
+            t_first_byte_ns=self.t_first_byte_ns,
+            t_first_token_ns=self.t_first_token_ns,
+            t_first_content_ns=self.t_first_content_ns,
+            t_last_token_ns=self.token_event_ns[-1] if self.token_event_ns else None,
+            token_event_ns=tuple(self.token_event_ns),
+            prompt_tokens=self.usage_prompt,
+            output_tokens=output or 0,
+            reasoning_tokens=reasoning,
+            token_source=TokenSource.USAGE if from_usage else TokenSource.CHUNKS,
+            server_prefill_seconds=self.server_prefill,
+            server_decode_per_token_seconds=self.server_decode_per_token,
+            wall_start=wall_start,
+            text="".join(self._text),
+        )
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error)[:200]
+    return str(error)[:200]

@@ -1,0 +1,102 @@
+"""A configured target made ready to send: labels, SLO, prompts, credentials, TLS.
+
+`Target.send()` is the one way the daemon, the load driver and bench send a request: it
+builds a calibrated prompt, calls `request.stream_request`, and feeds the server's prompt
+token count back into the prompt builder.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from prober.metrics import Labels
+from prober.prompts import PromptBuilder
+from prober.request import RequestSpec, Timeouts, stream_request
+from prober.result import RequestResult
+from prober.settings import TargetConfig, resolve_api_key
+from prober.timings import Slo
+
+
+def ssl_context(cfg: TargetConfig) -> ssl.SSLContext | bool:
+    """Verification on by default; a per-target CA bundle replaces the system store."""
+    if not cfg.url.startswith("https://"):
+        return True
+    if not cfg.tls.verify:
+        return False
+    return ssl.create_default_context(cafile=str(cfg.tls.ca_file) if cfg.tls.ca_file else None)
+
+
+@dataclass
+class Target:
+    config: TargetConfig
+    labels: Labels
+    slo: Slo
+    headers: dict[str, str]
+    ssl: ssl.SSLContext | bool
+    timeouts: Timeouts
+    keep_text: bool = False
+    prompts: PromptBuilder = field(default_factory=PromptBuilder)
+
+    @classmethod
+    def from_config(cls, cfg: TargetConfig, *, keep_text: bool = False) -> Target:
+        headers = dict(cfg.headers)
+        if (key := resolve_api_key(cfg)) is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        t = cfg.timeouts
+        return cls(
+            config=cfg,
+            labels=Labels(cfg.name, cfg.model),
+            slo=Slo(cfg.slo.ttft_seconds, cfg.slo.tpot_seconds, cfg.slo.e2e_seconds),
+            headers=headers,
+            ssl=ssl_context(cfg),
+            timeouts=Timeouts(
+                t.connect_seconds, t.first_token_seconds, t.idle_seconds, t.total_seconds
+            ),
+            keep_text=keep_text,
+            prompts=PromptBuilder(cache_bust=cfg.cache_bust),
+        )
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    async def send(
+        self,
+        session: aiohttp.ClientSession,
+        t_sched_ns: int,
+        *,
+        prompt_tokens: int | None = None,
+        max_tokens: int | None = None,
+        prompts: PromptBuilder | None = None,
+    ) -> RequestResult:
+        """One request scheduled at `t_sched_ns`; the result's outcome says how it went."""
+        builder = prompts or self.prompts
+        text, words = builder.build(prompt_tokens or self.config.prompt_tokens)
+        spec = RequestSpec(
+            base_url=self.config.url,
+            api=self.config.api,
+            model=self.config.model,
+            prompt=text,
+            max_tokens=max_tokens or self.config.max_tokens,
+            timeouts=self.timeouts,
+            headers=self.headers,
+            extra_body=self.config.extra_body,
+            ssl=self.ssl,
+            keep_text=self.keep_text,
+        )
+        result = await stream_request(session, spec, t_sched_ns)
+        if result.prompt_tokens:
+            builder.observe(words, result.prompt_tokens)
+        return result
+
+
+def spread(rng: random.Random, mean: int, spread_fraction: float) -> int:
+    """A uniformly spread integer around `mean` (±spread_fraction), at least 1."""
+    if spread_fraction <= 0:
+        return mean
+    low, high = mean * (1 - spread_fraction), mean * (1 + spread_fraction)
+    return max(1, round(rng.uniform(low, high)))

@@ -1,0 +1,112 @@
+"""The daemon's aiohttp application: one factory owns the whole lifecycle.
+
+Routes: `/metrics` (prometheus-client's aiohttp handler on the daemon's own registry),
+`/probe?target=NAME` (one probe now, its metrics in a fresh registry: the blackbox-exporter
+pattern; only configured names are accepted, so it cannot be turned into a proxy),
+`/-/healthy`, `/-/ready` and a landing page. The client session and the probe scheduler
+start in `cleanup_ctx` and stop in reverse order; on shutdown in-flight probes get the
+configured grace period.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from prober import __version__
+from prober.metrics import Metrics
+from prober.schedule import ProbeScheduler
+from prober.settings import Settings
+from prober.targets import Target
+
+SETTINGS = web.AppKey("settings", Settings)
+TARGETS = web.AppKey("targets", dict[str, Target])
+METRICS = web.AppKey("metrics", Metrics)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+SCHEDULER = web.AppKey("scheduler", ProbeScheduler)
+
+
+def client_session() -> aiohttp.ClientSession:
+    # No pool limit: the load driver's in-flight cap is the only bound, so a queued connection
+    # never adds hidden client-side latency. No cookies: probes must not share state.
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        headers={"User-Agent": f"llm-prober/{__version__}"},
+    )
+
+
+def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
+    app = web.Application()
+    app[SETTINGS] = settings
+    log_text = settings.logging.log_prompts
+    app[TARGETS] = {t.name: Target.from_config(t, keep_text=log_text) for t in settings.targets}
+    app[METRICS] = Metrics(registry if registry is not None else CollectorRegistry())
+    app.cleanup_ctx.append(_session_ctx)
+    app.cleanup_ctx.append(_scheduler_ctx)
+    app.router.add_get("/metrics", make_aiohttp_handler(app[METRICS].registry))
+    app.router.add_get("/probe", _probe_now)
+    app.router.add_get("/-/healthy", _healthy)
+    app.router.add_get("/-/ready", _ready)
+    app.router.add_get("/", _landing)
+    return app
+
+
+async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[SESSION] = client_session()
+    yield
+    await app[SESSION].close()
+
+
+async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
+    scheduler = ProbeScheduler(app[SESSION], app[TARGETS].values(), app[METRICS])
+    app[SCHEDULER] = scheduler
+    scheduler.start()
+    yield
+    await scheduler.drain(app[SETTINGS].server.grace_seconds)
+
+
+async def _probe_now(request: web.Request) -> web.Response:
+    name = request.query.get("target", "")
+    target = request.app[TARGETS].get(name)
+    if target is None:
+        raise web.HTTPBadRequest(text=f"unknown target {name[:64]!r}: use a configured name\n")
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
+    result = await target.send(request.app[SESSION], time.perf_counter_ns())
+    metrics.record(result, target.labels, "probe", target.slo)
+    metrics.record_probe(result, target.labels, time.time())
+    return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
+
+
+async def _healthy(_: web.Request) -> web.Response:
+    return web.Response(text="OK\n")
+
+
+async def _ready(request: web.Request) -> web.Response:
+    scheduler = request.app.get(SCHEDULER)
+    if scheduler is None or not scheduler.ready:
+        return web.Response(status=503, text="waiting for the first probe of every target\n")
+    return web.Response(text="OK\n")
+
+
+async def _landing(request: web.Request) -> web.Response:
+    rows = "".join(
+        f'<li>{html.escape(t.name)} ({html.escape(t.config.model)}) — '
+        f'<a href="/probe?target={html.escape(t.name)}">probe now</a></li>'
+        for t in request.app[TARGETS].values()
+    )
+    page = (
+        f"<html><head><title>llm-prober</title></head><body><h1>llm-prober {__version__}</h1>"
+        f'<p><a href="/metrics">Metrics</a> · <a href="/-/ready">Ready</a></p>'
+        f"<h2>Targets</h2><ul>{rows}</ul></body></html>"
+    )
+    return web.Response(text=page, content_type="text/html")
