@@ -136,7 +136,8 @@ def run_daemon(config: Path | None) -> int:
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from prober.sim import build_app as build_sim, sim_config_from_args
+    from prober.sim import build_app as build_sim
+    from prober.sim import sim_config_from_args
 
     try:
         cfg = sim_config_from_args(args)

@@ -121,6 +121,27 @@ class Metrics:
             registry=registry,
         )  # fmt: skip
 
+        self.load_in_flight = Gauge(
+            "llmprober_load_in_flight", "Background-load requests in flight.", TARGET_LABELS,
+            registry=registry,
+        )  # fmt: skip
+        self.load_target_rate = Gauge(
+            "llmprober_load_target_rate", "Configured background-load arrival rate (requests/s).",
+            TARGET_LABELS, registry=registry,
+        )  # fmt: skip
+        self.load_dropped = Counter(
+            "llmprober_load_dropped", "Arrivals not sent because the in-flight cap was reached.",
+            TARGET_LABELS, registry=registry,
+        )  # fmt: skip
+        self.server_scrape_errors = Counter(
+            "llmprober_server_scrape_errors", "Failed scrapes of the engine's own /metrics.",
+            TARGET_LABELS, registry=registry,
+        )  # fmt: skip
+        self.queue_wait = Histogram(
+            "llmprober_queue_wait_seconds", "Estimated queue wait per request (TTFT − prefill).",
+            TARGET_LABELS, buckets=TTFT_BUCKETS, registry=registry,
+        )  # fmt: skip
+
     def describe_target(self, labels: Labels, slo: Slo, interval_seconds: float) -> None:
         """Publish a target's configuration so dashboards can draw SLO lines."""
         key = (labels.target, labels.model)

@@ -11,7 +11,7 @@ import asyncio
 import ssl
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
@@ -86,16 +86,22 @@ class _Phase(StrEnum):
 
 
 async def stream_request(
-    session: aiohttp.ClientSession, spec: RequestSpec, t_sched_ns: int
+    session: aiohttp.ClientSession,
+    spec: RequestSpec,
+    t_sched_ns: int,
+    on_first_token: Callable[[], None] | None = None,
 ) -> RequestResult:
-    """Send `spec` as one streaming request scheduled at `t_sched_ns`; return what it yielded."""
-    exchange = _Exchange(session, spec, t_sched_ns)
+    """Send `spec` as one streaming request scheduled at `t_sched_ns`; return what it yielded.
+
+    `on_first_token` is called once, when the first token arrives (the load driver counts
+    its requests still waiting for one).
+    """
     try:
-        return await exchange.run()
+        return await _Exchange(session, spec, t_sched_ns, on_first_token).run()
     except _StaleConnection:
         # A pooled keep-alive connection the server had already closed (llama-server closes
         # after every stream): nothing reached the server, so send once more on a fresh one.
-        return await _Exchange(session, spec, t_sched_ns).run(reuse=False)
+        return await _Exchange(session, spec, t_sched_ns, on_first_token).run(reuse=False)
 
 
 class _StaleConnection(Exception):
@@ -105,7 +111,13 @@ class _StaleConnection(Exception):
 class _Exchange:
     """One attempt: its phase decides how a timeout or a broken connection is classified."""
 
-    def __init__(self, session: aiohttp.ClientSession, spec: RequestSpec, t_sched_ns: int) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        spec: RequestSpec,
+        t_sched_ns: int,
+        on_first_token: Callable[[], None] | None,
+    ) -> None:
         self.session = session
         self.spec = spec
         self.t_sched_ns = t_sched_ns

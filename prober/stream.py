@@ -35,8 +35,16 @@ def _number(value: Any) -> float | None:
 class StreamState:
     """Accumulates one response stream; `done` turns true at its proper end."""
 
-    def __init__(self, request_id: str, *, ndjson: bool, keep_text: bool = False) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        *,
+        ndjson: bool,
+        keep_text: bool = False,
+        on_first_token: Callable[[], None] | None = None,
+    ) -> None:
         self.request_id = request_id
+        self.on_first_token = on_first_token
         self.ndjson = ndjson
         self.keep_text = keep_text
         self.done = False
@@ -135,6 +143,8 @@ class StreamState:
             return
         if self.t_first_token_ns is None:
             self.t_first_token_ns = t_ns
+            if self.on_first_token is not None:
+                self.on_first_token()
         if has_content and self.t_first_content_ns is None:
             self.t_first_content_ns = t_ns
         if has_reasoning:

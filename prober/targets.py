@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -72,6 +73,7 @@ class Target:
         prompt_tokens: int | None = None,
         max_tokens: int | None = None,
         prompts: PromptBuilder | None = None,
+        on_first_token: Callable[[], None] | None = None,
     ) -> RequestResult:
         """One request scheduled at `t_sched_ns`; the result's outcome says how it went."""
         builder = prompts or self.prompts
@@ -88,7 +90,7 @@ class Target:
             ssl=self.ssl,
             keep_text=self.keep_text,
         )
-        result = await stream_request(session, spec, t_sched_ns)
+        result = await stream_request(session, spec, t_sched_ns, on_first_token)
         if result.prompt_tokens:
             builder.observe(words, result.prompt_tokens)
         return result

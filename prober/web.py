@@ -10,8 +10,10 @@ configured grace period.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import time
+import zlib
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -20,7 +22,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from prober import __version__
+from prober.capacity import CapacityCollector, TargetCapacity
+from prober.load import LoadDriver
 from prober.metrics import Metrics
+from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
 from prober.settings import Settings
 from prober.targets import Target
@@ -30,6 +35,8 @@ TARGETS = web.AppKey("targets", dict[str, Target])
 METRICS = web.AppKey("metrics", Metrics)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 SCHEDULER = web.AppKey("scheduler", ProbeScheduler)
+CAPACITY = web.AppKey("capacity", dict[str, TargetCapacity])
+LOADS = web.AppKey("loads", list[LoadDriver])
 
 
 def client_session() -> aiohttp.ClientSession:
@@ -46,10 +53,15 @@ def client_session() -> aiohttp.ClientSession:
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
     app = web.Application()
     app[SETTINGS] = settings
-    log_text = settings.logging.log_prompts
-    app[TARGETS] = {t.name: Target.from_config(t, keep_text=log_text) for t in settings.targets}
+    keep = settings.logging.log_prompts
+    shard = settings.shard
+    probed = [t for t in settings.targets if owns_target(t.name, shard.index, shard.count)]
+    app[TARGETS] = {t.name: Target.from_config(t, keep_text=keep) for t in probed}
     app[METRICS] = Metrics(registry if registry is not None else CollectorRegistry())
+    app[CAPACITY] = {n: TargetCapacity(t, app[METRICS]) for n, t in app[TARGETS].items()}
+    app[METRICS].registry.register(CapacityCollector(app[CAPACITY].values()))
     app.cleanup_ctx.append(_session_ctx)
+    app.cleanup_ctx.append(_capacity_ctx)
     app.cleanup_ctx.append(_scheduler_ctx)
     app.router.add_get("/metrics", make_aiohttp_handler(app[METRICS].registry))
     app.router.add_get("/probe", _probe_now)
@@ -65,8 +77,44 @@ async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[SESSION].close()
 
 
+def owns_target(name: str, index: int, count: int) -> bool:
+    """Deterministic shard assignment: every replica agrees without coordination."""
+    return zlib.crc32(name.encode()) % count == index
+
+
+async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Background load and server-metrics scrapes; each replica carries 1/count of the load."""
+    session, settings = app[SESSION], app[SETTINGS]
+    capacity = app[CAPACITY]
+    loads: list[LoadDriver] = []
+    for target in app[TARGETS].values():
+        cfg = target.config.load
+        if cfg is None:
+            continue
+        cap = capacity[target.name]
+        rate = cfg.rate / settings.shard.count
+        driver = LoadDriver(session, target, cfg, app[METRICS], rate=rate, on_result=cap.observe)
+        cap.estimator.own_load = driver.in_flight
+        loads.append(driver)
+    app[LOADS] = loads
+    watchers = [asyncio.create_task(c.watch(session)) for c in capacity.values()]
+    for driver in loads:
+        driver.start()
+    yield
+    grace = settings.server.grace_seconds
+    await asyncio.gather(*(d.stop(grace) for d in loads))
+    for task in watchers:
+        task.cancel()
+    await asyncio.gather(*watchers, return_exceptions=True)
+
+
 async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
-    scheduler = ProbeScheduler(app[SESSION], app[TARGETS].values(), app[METRICS])
+    capacity = app[CAPACITY]
+
+    def observe(target: Target, result: RequestResult) -> None:
+        capacity[target.name].observe(result)
+
+    scheduler = ProbeScheduler(app[SESSION], app[TARGETS].values(), app[METRICS], observe)
     app[SCHEDULER] = scheduler
     scheduler.start()
     yield
@@ -100,7 +148,7 @@ async def _ready(request: web.Request) -> web.Response:
 
 async def _landing(request: web.Request) -> web.Response:
     rows = "".join(
-        f'<li>{html.escape(t.name)} ({html.escape(t.config.model)}) — '
+        f"<li>{html.escape(t.name)} ({html.escape(t.config.model)}) — "
         f'<a href="/probe?target={html.escape(t.name)}">probe now</a></li>'
         for t in request.app[TARGETS].values()
     )

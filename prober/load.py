@@ -1,0 +1,149 @@
+"""Open-loop background load for one target, on an absolute schedule.
+
+Arrivals come from `arrivals.arrival_offsets`; each request runs as its own task and the
+generator never waits for it. Latency counts from the scheduled instant (`t_sched`), so the
+client's own lateness shows up as dispatch lag and inside TTFT instead of hiding. An arrival
+that would exceed `max_in_flight` is not sent and is counted as dropped: memory stays bounded
+however far the server falls behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+import aiohttp
+
+from prober.arrivals import arrival_offsets
+from prober.estimate import OwnLoad
+from prober.logs import get_logger
+from prober.metrics import Metrics
+from prober.result import Outcome, RequestResult
+from prober.settings import LoadConfig
+from prober.targets import Target, spread
+
+log = get_logger("prober.load")
+LoadHook = Callable[[RequestResult], None]
+
+
+class LoadDriver:
+    """Runs one target's background load until `stop()`."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        target: Target,
+        cfg: LoadConfig,
+        metrics: Metrics | None,
+        *,
+        rate: float | None = None,
+        on_result: LoadHook | None = None,
+    ) -> None:
+        self._session = session
+        self._target = target
+        self._cfg = cfg
+        self._metrics = metrics
+        self.rate = cfg.rate if rate is None else rate
+        self._on_result = on_result
+        self._rng = random.Random(cfg.seed)
+        self._prompts = type(target.prompts)(cache_bust=target.config.cache_bust, seed=cfg.seed)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+        self.in_flight = OwnLoad()
+        self.sent = 0
+        self.dropped = 0
+
+    def start(self) -> None:
+        if self._metrics is not None:
+            labels = self._target.labels
+            self._metrics.load_target_rate.labels(labels.target, labels.model).set(self.rate)
+        self._runner = asyncio.create_task(self._run(), name=f"load:{self._target.name}")
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Stop arrivals; give in-flight requests `grace_seconds`, then cancel them."""
+        if self._runner is not None:
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace_seconds)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self) -> None:
+        start_ns = time.perf_counter_ns()
+        cap = self._cfg.max_in_flight
+        for offset in arrival_offsets(self._cfg.arrival, self.rate, self._cfg.seed):
+            t_sched_ns = start_ns + int(offset * 1e9)
+            delay = (t_sched_ns - time.perf_counter_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self.in_flight.total >= cap:
+                self._drop()
+                continue
+            task = asyncio.create_task(self._one(t_sched_ns))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        if self._metrics is not None:
+            labels = self._target.labels
+            self._metrics.load_dropped.labels(labels.target, labels.model).inc()
+
+    async def _one(self, t_sched_ns: int) -> None:
+        cfg, target = self._cfg, self._target
+        prompt_tokens = spread(
+            self._rng, cfg.prompt_tokens or target.config.prompt_tokens, cfg.prompt_tokens_spread
+        )
+        max_tokens = spread(
+            self._rng, cfg.max_tokens or target.config.max_tokens, cfg.max_tokens_spread
+        )
+        self._enter()
+        first_token_seen = False
+
+        def first_token() -> None:
+            nonlocal first_token_seen
+            first_token_seen = True
+            self.in_flight.first_token()
+
+        result: RequestResult | None = None
+        try:
+            result = await target.send(
+                self._session,
+                t_sched_ns,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                prompts=self._prompts,
+                on_first_token=first_token,
+            )
+        except asyncio.CancelledError:
+            now = time.perf_counter_ns()
+            result = RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error="load stopped")
+            raise
+        finally:
+            self.in_flight.total -= 1
+            if not first_token_seen:
+                self.in_flight.awaiting_first_token -= 1
+            self._gauge(-1)
+            if result is not None:
+                self._record(result)
+
+    def _enter(self) -> None:
+        self.sent += 1
+        self.in_flight.total += 1
+        self.in_flight.awaiting_first_token += 1
+        self._gauge(1)
+
+    def _gauge(self, delta: int) -> None:
+        if self._metrics is not None:
+            labels = self._target.labels
+            self._metrics.load_in_flight.labels(labels.target, labels.model).inc(delta)
+
+    def _record(self, result: RequestResult) -> None:
+        if self._metrics is not None:
+            self._metrics.record(result, self._target.labels, "load", self._target.slo)
+        if self._on_result is not None:
+            self._on_result(result)

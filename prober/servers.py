@@ -1,0 +1,261 @@
+"""Scrape an inference engine's own /metrics and normalise it: the server-side truth.
+
+This module owns the mapping from each engine's metric names to one snapshot:
+requests waiting, requests running, KV-cache usage as a 0..1 ratio and a completed-requests
+counter (whose rate is a drain rate). It has no side effects: no metrics, no logging; the
+caller counts and logs failures.
+
+Engine -> waiting / running / KV usage ratio / completed-requests counter (the first name
+present wins where several are listed):
+
+- vLLM: `vllm:num_requests_waiting` / `vllm:num_requests_running` /
+  `vllm:kv_cache_usage_perc`, else `vllm:gpu_cache_usage_perc` /
+  `vllm:request_success_total` (summed over `finished_reason`).
+- llama.cpp: `llamacpp:requests_deferred` / `llamacpp:requests_processing` /
+  `llamacpp:kv_cache_usage_ratio` (older builds only, else None) / none exported.
+- SGLang: `sglang:num_queue_reqs` / `sglang:num_running_reqs` / `sglang:token_usage` /
+  `sglang:num_requests_total`.
+- TGI: `tgi_queue_size` / `tgi_batch_current_size` / none exported / `tgi_request_success`.
+
+Notes on the sources:
+
+- vLLM's "perc" is a fraction: its HELP text says "KV-cache usage. 1 means 100 percent usage."
+  and the scheduler sets it from a 0..1 usage; vLLM 0.9 renamed `gpu_cache_usage_perc` to
+  `kv_cache_usage_perc` and exports both for a while. `request_success_total` carries one
+  series per `finished_reason` (stop, length, abort); they are summed, since every finished
+  request leaves the engine whatever the reason.
+- llama.cpp exports no per-request counter; `tokens_predicted_total` and `n_decode_total`
+  count tokens and decode calls, not requests.
+- SGLang's `token_usage` is used tokens / KV pool capacity; `num_requests_total` is
+  incremented once per finished request (`observe_one_finished_request`).
+- TGI's router counts only successes in `tgi_request_success`.
+
+Aggregation across label sets (several `model_name`s, vLLM data-parallel `engine`s, SGLang
+`dp_rank`s): counts (waiting, running, completed) are **summed**, because the endpoint's queue is
+the sum of its parts; the KV ratio takes the **maximum**, because a sum of ratios is no ratio and
+the fullest pool is the one that preempts or queues first. Non-finite samples are ignored. Caveat:
+SGLang with `--enable-metrics-for-all-schedulers` reports the same queue once per TP rank, which
+a sum over-counts.
+
+`prometheus_client`'s parser rewrites counters: a family typed `counter` loses `_total` from its
+*family* name, and a counter sample whose name lacks `_total` (TGI, `llamacpp:n_tokens_max`) gets
+`_total` appended. Lookups go by sample name and try both spellings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+import aiohttp
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = [
+    "Engine",
+    "ServerMetricsError",
+    "ServerSnapshot",
+    "detect_engine",
+    "parse_metrics",
+    "scrape",
+]
+
+# Ask for the classic text format: prometheus_client servers (vLLM, SGLang) would otherwise be
+# free to answer in OpenMetrics, whose counter and EOF conventions differ.
+_ACCEPT = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"}
+_SNIPPET_CHARS = 200
+
+SampleIndex = Mapping[str, list[float]]
+
+
+class Engine(StrEnum):
+    """An inference engine whose /metrics this module understands."""
+
+    vllm = "vllm"
+    llamacpp = "llamacpp"
+    sglang = "sglang"
+    tgi = "tgi"
+
+
+class ServerMetricsError(ValueError):
+    """The engine's /metrics could not be fetched, parsed or recognised."""
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    """One scrape, normalised; None where the engine does not export the quantity."""
+
+    engine: Engine
+    waiting: float | None
+    running: float | None
+    kv_usage_ratio: float | None
+    completed_total: float | None
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Where one engine keeps each quantity; within a tuple the first name present wins."""
+
+    prefix: str
+    waiting: tuple[str, ...]
+    running: tuple[str, ...]
+    kv_usage: tuple[str, ...]
+    completed: tuple[str, ...]
+
+
+_SPECS: Mapping[Engine, _Spec] = MappingProxyType(
+    {
+        Engine.vllm: _Spec(
+            prefix="vllm:",
+            waiting=("vllm:num_requests_waiting",),
+            running=("vllm:num_requests_running",),
+            kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            completed=("vllm:request_success_total",),
+        ),
+        Engine.sglang: _Spec(
+            prefix="sglang:",
+            waiting=("sglang:num_queue_reqs",),
+            running=("sglang:num_running_reqs",),
+            kv_usage=("sglang:token_usage",),
+            completed=("sglang:num_requests_total",),
+        ),
+        Engine.llamacpp: _Spec(
+            prefix="llamacpp:",
+            waiting=("llamacpp:requests_deferred",),
+            running=("llamacpp:requests_processing",),
+            kv_usage=("llamacpp:kv_cache_usage_ratio",),
+            completed=(),
+        ),
+        Engine.tgi: _Spec(
+            prefix="tgi_",
+            waiting=("tgi_queue_size",),
+            running=("tgi_batch_current_size",),
+            kv_usage=(),
+            completed=("tgi_request_success",),
+        ),
+    }
+)
+
+
+def _index(families: Iterable[Metric]) -> dict[str, list[float]]:
+    """Sample name -> finite values, one per label set."""
+    index: dict[str, list[float]] = {}
+    for family in families:
+        for sample in family.samples:
+            values = index.setdefault(sample.name, [])
+            if math.isfinite(sample.value):
+                values.append(float(sample.value))
+    return index
+
+
+def _lookup(index: SampleIndex, names: tuple[str, ...]) -> list[float] | None:
+    """Values of the first name present, under its own or its parser-added `_total` spelling."""
+    for name in names:
+        for spelling in (name, f"{name}_total"):
+            if spelling in index:
+                return index[spelling]
+    return None
+
+
+def _summed(index: SampleIndex, names: tuple[str, ...]) -> float | None:
+    values = _lookup(index, names)
+    return math.fsum(values) if values else None
+
+
+def _maximum(index: SampleIndex, names: tuple[str, ...]) -> float | None:
+    values = _lookup(index, names)
+    return max(values) if values else None
+
+
+def _has_queue_metrics(index: SampleIndex, spec: _Spec) -> bool:
+    return _lookup(index, spec.waiting + spec.running) is not None
+
+
+def detect_engine(families: Iterable[Metric]) -> Engine | None:
+    """The engine whose queue metrics are present, else the one whose name prefix is.
+
+    Engines are tried in a fixed order (vLLM, SGLang, llama.cpp, TGI), so an exposition that
+    carries two engines' names resolves the same way every time.
+    """
+    index = _index(families)
+    for engine, spec in _SPECS.items():
+        if _has_queue_metrics(index, spec):
+            return engine
+    for engine, spec in _SPECS.items():
+        if any(name.startswith(spec.prefix) for name in index):
+            return engine
+    return None
+
+
+def _parse_families(text: str) -> list[Metric]:
+    try:
+        return list(text_string_to_metric_families(text))
+    except (ValueError, IndexError) as err:  # the two the parser raises on malformed text
+        cause = str(err) or type(err).__name__
+        raise ServerMetricsError(f"unparseable metrics text: {cause}") from err
+
+
+def _snapshot(index: SampleIndex, engine: Engine) -> ServerSnapshot:
+    spec = _SPECS[engine]
+    if not _has_queue_metrics(index, spec):
+        wanted = ", ".join(spec.waiting + spec.running)
+        raise ServerMetricsError(f"{engine} metrics absent: none of {wanted} found")
+    return ServerSnapshot(
+        engine=engine,
+        waiting=_summed(index, spec.waiting),
+        running=_summed(index, spec.running),
+        kv_usage_ratio=_maximum(index, spec.kv_usage),
+        completed_total=_summed(index, spec.completed),
+    )
+
+
+def parse_metrics(text: str, engine: Engine | None = None) -> ServerSnapshot:
+    """Normalise one /metrics exposition; `engine` overrides detection when given."""
+    families = _parse_families(text)
+    if engine is None:
+        engine = detect_engine(families)
+    if engine is None:
+        prefixes = ", ".join(spec.prefix for spec in _SPECS.values())
+        raise ServerMetricsError(
+            f"no known engine metrics found (looked for {prefixes}); llama-server needs"
+            " --metrics, SGLang --enable-metrics, and Ollama has no /metrics"
+        )
+    return _snapshot(_index(families), engine)
+
+
+def _snippet(body: bytes) -> str:
+    text = " ".join(body.decode("utf-8", errors="replace").split())
+    return text[:_SNIPPET_CHARS]
+
+
+async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.get(url, timeout=timeout, headers=_ACCEPT) as response:
+            body = await response.read()
+            if not 200 <= response.status < 300:
+                detail = _snippet(body)
+                raise ServerMetricsError(
+                    f"{url}: HTTP {response.status}" + (f": {detail}" if detail else "")
+                )
+    except TimeoutError as err:
+        raise ServerMetricsError(f"{url}: timed out after {timeout_s:g} s") from err
+    except aiohttp.ClientConnectionError as err:
+        raise ServerMetricsError(f"{url}: connection failed: {err}") from err
+    except aiohttp.ClientError as err:
+        raise ServerMetricsError(f"{url}: request failed: {err!r}") from err
+    return body.decode("utf-8", errors="replace")
+
+
+async def scrape(
+    session: aiohttp.ClientSession, url: str, engine: Engine | None, timeout_s: float
+) -> ServerSnapshot:
+    """GET `url` within `timeout_s` and normalise it; any failure is a ServerMetricsError."""
+    text = await _fetch(session, url, timeout_s)
+    try:
+        return parse_metrics(text, engine)
+    except ServerMetricsError as err:
+        raise ServerMetricsError(f"{url}: {err}") from err
