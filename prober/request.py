@@ -123,7 +123,10 @@ class _Exchange:
         self.t_sched_ns = t_sched_ns
         request_id = uuid.uuid4().hex
         self.state = StreamState(
-            request_id, ndjson=spec.api is Api.OLLAMA, keep_text=spec.keep_text
+            request_id,
+            ndjson=spec.api is Api.OLLAMA,
+            keep_text=spec.keep_text,
+            on_first_token=on_first_token,
         )
         self.phase = _Phase.CONNECT
         self.wall_start = time.time()

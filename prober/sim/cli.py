@@ -51,7 +51,13 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("simulator")
     for flag, name, kind, text in _FLAGS:
         default = getattr(defaults, name)
-        group.add_argument(flag, dest=_dest(name), type=kind, help=f"{text} (default {default})")
+        group.add_argument(
+            flag,
+            dest=_dest(name),
+            type=kind,
+            metavar=flag[2:].upper().replace("-", "_"),
+            help=f"{text} (default {default})",
+        )
     group.add_argument(
         "--reasoning-field",
         dest=_dest("reasoning_field"),

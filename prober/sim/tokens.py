@@ -11,7 +11,6 @@ list, one word per token, so a client can count tokens from the text.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 TOKENS_PER_MESSAGE = 4
 TOKENS_PER_REPLY = 3
@@ -73,8 +72,3 @@ def count_prompt_tokens(prompt: object) -> int:
 def output_text(start: int, count: int) -> str:
     """Text of output tokens start .. start+count-1."""
     return "".join(WORDS[i % len(WORDS)] for i in range(start, start + count))
-
-
-def split_tokens(text: str) -> Sequence[str]:
-    """Inverse of output_text for tests and clients: the words of a token text."""
-    return text.split()

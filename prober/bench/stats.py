@@ -1,0 +1,224 @@
+"""Pure statistics of a bench sweep: per-level summaries, Little's law, knee and capacity.
+
+No clock, no I/O: every function works on `RequestResult`s or on level summaries, so the
+tests drive them with plain integers.
+
+Definitions (docs/bench.md states them for users):
+
+- latency distributions (TTFT, TTFO, TPOT, ITL, E2E) are over successful requests; every
+  failure is counted in `outcomes` and fails goodput. TTFT/TTFO/E2E count from `t_sched`
+  (DESIGN section 1), so open-loop figures include any client lateness.
+- the level window runs from the first `t_sched` to the last `t_end`; throughputs divide
+  by it.
+- Little's law, over the window: L = ∫ in-flight(t) dt / T with a request in flight from
+  `t_send` to `t_end` (any outcome); λ = successful completions / T; W = mean E2E of
+  successful requests measured from `t_send`. On a window that starts and ends empty this
+  is a sample-path identity, so `ratio` ≠ 1 means requests held the server without
+  completing (failures), never noise. `steady` repeats the check over the offered-load
+  window [first send, last send], where arrivals still happen: there the ratio shows
+  whether the level reached a steady state, and `mean_in_flight` is the concurrency the
+  client really achieved.
+- knee: the first level, in increasing load, whose TTFT p99 exceeds KNEE_TTFT_FACTOR × the
+  lowest level's while output-token throughput grew less than KNEE_THROUGHPUT_GAIN over the
+  level before: more load bought mostly latency.
+- capacity: the highest level of the unbroken run of levels, from the lowest up, whose
+  goodput ratio is at least the threshold; slots for a target rate R: R × W at that level.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from prober import timings
+from prober.result import Outcome, RequestResult
+from prober.timings import NS_PER_S, Slo
+
+QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
+KNEE_TTFT_FACTOR = 2.0
+KNEE_THROUGHPUT_GAIN = 0.10
+
+Summary = dict[str, Any]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile (NumPy's default method); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p90/p95/p99, mean, min, max and count of `values` (None where there are none)."""
+    out: dict[str, float | int | None] = {n: percentile(values, q) for n, q in QUANTILES}
+    out["mean"] = statistics.fmean(values) if values else None
+    out["min"] = min(values) if values else None
+    out["max"] = max(values) if values else None
+    out["count"] = len(values)
+    return out
+
+
+def _present(values: Iterable[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def window(results: Sequence[RequestResult]) -> tuple[int, int]:
+    """The level window in ns: first scheduled instant to last end."""
+    return min(r.t_sched_ns for r in results), max(r.t_end_ns for r in results)
+
+
+def in_flight_area(results: Iterable[RequestResult], start_ns: int, end_ns: int) -> float:
+    """∫ in-flight(t) dt over [start, end] in request-seconds; in flight from send to end."""
+    area = 0
+    for r in results:
+        area += max(0, min(r.t_end_ns, end_ns) - max(r.t_send_ns, start_ns))
+    return area / NS_PER_S
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+def _littles_terms(
+    results: Sequence[RequestResult], start_ns: int, end_ns: int
+) -> dict[str, float | int | None]:
+    span = (end_ns - start_ns) / NS_PER_S
+    done = [r for r in results if r.ok and start_ns <= r.t_end_ns <= end_ns]
+    if span <= 0 or not done:
+        return {"window_seconds": span, "mean_in_flight": None, "lambda_times_w": None,
+                "ratio": None, "completions": len(done)}  # fmt: skip
+    mean_in_flight = in_flight_area(results, start_ns, end_ns) / span
+    lam = len(done) / span
+    w = statistics.fmean((r.t_end_ns - r.t_send_ns) / NS_PER_S for r in done)
+    return {
+        "window_seconds": span,
+        "mean_in_flight": mean_in_flight,
+        "throughput": lam,
+        "mean_e2e_from_send_seconds": w,
+        "lambda_times_w": lam * w,
+        "ratio": _ratio(mean_in_flight, lam * w),
+        "completions": len(done),
+    }
+
+
+def littles_law(results: Sequence[RequestResult]) -> dict[str, Any]:
+    """L (time-weighted in-flight) versus λ·W over the level, and over its steady part."""
+    if not results:
+        return {"mean_in_flight": None, "lambda_times_w": None, "ratio": None}
+    start_ns, end_ns = min(r.t_send_ns for r in results), max(r.t_end_ns for r in results)
+    out = _littles_terms(results, start_ns, end_ns)
+    last_send = max(r.t_send_ns for r in results)
+    return {**out, "steady": _littles_terms(results, start_ns, last_send)}
+
+
+def summarize(results: Sequence[RequestResult], slo: Slo) -> Summary:
+    """Everything the report says about one level, from its measured results."""
+    if not results:
+        return {"requests_total": 0, "outcomes": {}}
+    start_ns, end_ns = window(results)
+    span = (end_ns - start_ns) / NS_PER_S
+    ok = [r for r in results if r.ok]
+    tpots = _present(timings.tpot(r) for r in ok)
+    good = sum(timings.is_good(r, slo) for r in results)
+    out_tokens = sum(r.output_tokens for r in ok)
+    outcomes = Counter(r.outcome.value for r in results)
+    return {
+        "requests_total": len(results),
+        "requests_ok": len(ok),
+        "duration_seconds": span,
+        "ttft_seconds": distribution(_present(timings.ttft(r) for r in ok)),
+        "ttfo_seconds": distribution(_present(timings.ttfo(r) for r in ok)),
+        "tpot_seconds": distribution(tpots),
+        "itl_seconds": distribution([g for r in ok for g in timings.itl_gaps(r)]),
+        "e2e_seconds": distribution(_present(timings.e2e(r) for r in ok)),
+        "dispatch_lag_seconds": distribution([timings.dispatch_lag(r) for r in results]),
+        "request_throughput": _ratio(len(ok), span),
+        "output_token_throughput": _ratio(out_tokens, span),
+        "output_token_throughput_per_request": distribution([1 / t for t in tpots if t > 0]),
+        "output_tokens_mean": statistics.fmean(r.output_tokens for r in ok) if ok else None,
+        "prompt_tokens_mean": _mean_prompt(ok),
+        "outcomes": {o.value: outcomes[o.value] for o in Outcome if outcomes[o.value]},
+        "goodput": {"ratio": good / len(results), "requests_per_second": _ratio(good, span)},
+        "littles_law": littles_law(results),
+    }
+
+
+def _mean_prompt(ok: Sequence[RequestResult]) -> float | None:
+    counts = [r.prompt_tokens for r in ok if r.prompt_tokens]
+    return statistics.fmean(counts) if counts else None
+
+
+def _get(summary: Summary, *path: str) -> float | None:
+    node: Any = summary
+    for key in path:
+        if not isinstance(node, dict) or node.get(key) is None:
+            return None
+        node = node[key]
+    return float(node)
+
+
+def knee(levels: Sequence[Summary]) -> dict[str, Any]:
+    """Where TTFT p99 stops scaling: see the module docstring. `levels` in increasing load."""
+    rule = (
+        f"first level whose TTFT p99 > {KNEE_TTFT_FACTOR:g} x the lowest level's while "
+        f"output-token throughput grew < {KNEE_THROUGHPUT_GAIN:.0%} over the previous level"
+    )
+    base = _get(levels[0], "ttft_seconds", "p99") if levels else None
+    out: dict[str, Any] = {"rule": rule, "level": None, "baseline_ttft_p99_seconds": base}
+    if base is None:
+        return out
+    for prev, cur in zip(levels, levels[1:], strict=False):
+        p99 = _get(cur, "ttft_seconds", "p99")
+        before = _get(prev, "output_token_throughput")
+        after = _get(cur, "output_token_throughput")
+        if p99 is None or before is None or after is None or before <= 0:
+            continue
+        gain = after / before - 1
+        if p99 > KNEE_TTFT_FACTOR * base and gain < KNEE_THROUGHPUT_GAIN:
+            return out | {
+                "level": cur["level"],
+                "last_scaling_level": prev["level"],
+                "ttft_p99_seconds": p99,
+                "throughput_gain": gain,
+            }
+    return out
+
+
+def capacity(
+    levels: Sequence[Summary], min_goodput: float, target_rate: float | None
+) -> dict[str, Any]:
+    """The highest level, from the lowest up without a miss, with goodput ratio ≥ min_goodput."""
+    out: dict[str, Any] = {
+        "rule": f"highest level, scanning up from the lowest until the first miss, whose "
+        f"goodput ratio >= {min_goodput:g}",
+        "min_goodput_ratio": min_goodput,
+        "level": None,
+    }
+    best: Summary | None = None
+    for summary in levels:
+        ratio = _get(summary, "goodput", "ratio")
+        if ratio is None or ratio < min_goodput:
+            break
+        best = summary
+    if best is None:
+        return out
+    w = _get(best, "littles_law", "mean_e2e_from_send_seconds")
+    out |= {
+        "level": best["level"],
+        "goodput_ratio": _get(best, "goodput", "ratio"),
+        "request_throughput": _get(best, "request_throughput"),
+        "goodput_requests_per_second": _get(best, "goodput", "requests_per_second"),
+        "mean_e2e_from_send_seconds": w,
+    }
+    if target_rate is not None and w is not None:
+        out["target_rate"] = target_rate
+        out["concurrency_needed"] = target_rate * w
+        out["slots_needed"] = math.ceil(target_rate * w - 1e-9)
+    return out

@@ -1,0 +1,120 @@
+"""The queue-depth acceptance experiment, shared by the simulator and real-engine tests.
+
+Measure the engine's capacity (closed loop, twice as many workers as slots), then drive it
+with the daemon's own background load at fractions of that capacity. At every level sample
+the daemon's `llmprober_queue_depth{source="estimate",state="waiting"}` and the engine's own
+waiting count side by side, and report mean true depth, mean estimate and mean absolute error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from prober.request import Api, RequestSpec, stream_request
+from prober.result import Outcome
+from prober.servers import parse_metrics
+from prober.web import client_session
+from tests.integration.daemon import daemon, scrape, value
+
+
+@dataclass(frozen=True)
+class Level:
+    rate: float
+    true_mean: float
+    estimate_mean: float
+    mae: float
+    samples: int
+
+    @property
+    def bound(self) -> float:
+        return max(1.0, 0.2 * self.true_mean)
+
+
+async def measure_capacity(
+    base: str, workers: int, seconds: float, prompt: str, max_tokens: int
+) -> float:
+    """Completed requests per second with `workers` closed-loop clients."""
+    done = 0
+    async with client_session() as session:
+        stop_at = time.monotonic() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.monotonic() < stop_at:
+                spec = RequestSpec(
+                    f"{base}/v1", Api.CHAT, "m", f"{time.time_ns()} {prompt}", max_tokens
+                )
+                result = await stream_request(session, spec, time.perf_counter_ns())
+                assert result.outcome is Outcome.OK, result.error
+                done += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return done / (time.monotonic() - started)
+
+
+async def _truth(session: aiohttp.ClientSession, metrics_url: str) -> tuple[float, float]:
+    async with session.get(metrics_url) as resp:
+        snap = parse_metrics(await resp.text())
+    return snap.waiting or 0.0, snap.running or 0.0
+
+
+async def _drain(metrics_url: str, timeout: float) -> None:
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await _truth(session, metrics_url) == (0.0, 0.0):
+                return
+            await asyncio.sleep(0.5)
+    raise AssertionError("engine did not drain between levels")
+
+
+async def run_level(
+    base: str, rate: float, seconds: float, *, prompt_tokens: int, max_tokens: int,
+    warmup_seconds: float, sample_every: float = 0.5, extra_body: dict[str, object] | None = None,
+) -> Level:  # fmt: skip
+    metrics_url = f"{base}/metrics"
+    target = {
+        "name": "engine", "url": f"{base}/v1", "model": "m", "interval_seconds": 3600,
+        "warmup": 0, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
+        "extra_body": extra_body or {},
+        "load": {"rate": rate, "max_in_flight": 500, "seed": 7},
+        "timeouts": {"first_token_seconds": 600, "total_seconds": 900},
+    }  # fmt: skip
+    pairs: list[tuple[float, float]] = []
+    config = {"server": {"listen": "127.0.0.1:0", "grace_seconds": 0.1}, "targets": [target]}
+    async with daemon(config) as (url, _app), aiohttp.ClientSession() as session:
+        await asyncio.sleep(warmup_seconds)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            samples = await scrape(url)
+            estimate = value(samples, "llmprober_queue_depth", source="estimate", state="waiting")
+            true_waiting, _ = await _truth(session, metrics_url)
+            pairs.append((true_waiting, estimate))
+            await asyncio.sleep(sample_every)
+    await _drain(metrics_url, timeout=300)
+    n = len(pairs)
+    return Level(
+        rate=rate,
+        true_mean=sum(t for t, _ in pairs) / n,
+        estimate_mean=sum(e for _, e in pairs) / n,
+        mae=sum(abs(t - e) for t, e in pairs) / n,
+        samples=n,
+    )
+
+
+def table(capacity: float, levels: list[Level]) -> str:
+    lines = [
+        f"capacity {capacity:.3f} req/s",
+        f"{'rate':>7} {'x cap':>6} {'true mean':>10} {'est mean':>9} {'MAE':>6} {'bound':>6} {'n':>4}",
+    ]
+    for lv in levels:
+        lines.append(
+            f"{lv.rate:7.3f} {lv.rate / capacity:6.2f} {lv.true_mean:10.2f} "
+            f"{lv.estimate_mean:9.2f} {lv.mae:6.2f} {lv.bound:6.2f} {lv.samples:4d}"
+        )
+    return "\n".join(lines)

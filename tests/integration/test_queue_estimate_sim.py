@@ -1,0 +1,34 @@
+"""Queue-depth estimate versus the simulator's exact waiting count (DESIGN section 3).
+
+Bound (binding, from the issue): at every load level the mean absolute error of the waiting
+estimate is at most max(1 request, 20 % of the mean true depth).
+"""
+
+from __future__ import annotations
+
+from tests.integration.daemon import simulator
+from tests.integration.queue_accuracy import measure_capacity, run_level, table
+
+FACTORS = (0.2, 0.6, 1.0, 1.5)
+
+
+async def test_waiting_estimate_tracks_simulator_truth() -> None:
+    async with simulator(slots=4, decode_step_seconds=0.02, decode_slowdown=0.05) as sim:
+        capacity = await measure_capacity(
+            sim, workers=8, seconds=5, prompt="hello " * 30, max_tokens=16
+        )
+        levels = []
+        for factor in FACTORS:
+            levels.append(
+                await run_level(
+                    sim,
+                    capacity * factor,
+                    seconds=12,
+                    prompt_tokens=48,
+                    max_tokens=16,
+                    warmup_seconds=1.0,
+                )  # fmt: skip
+            )
+    print("\n" + table(capacity, levels))
+    for level in levels:
+        assert level.mae <= level.bound, table(capacity, levels)
