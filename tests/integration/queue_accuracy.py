@@ -110,7 +110,8 @@ async def run_level(
 def table(capacity: float, levels: list[Level]) -> str:
     lines = [
         f"capacity {capacity:.3f} req/s",
-        f"{'rate':>7} {'x cap':>6} {'true mean':>10} {'est mean':>9} {'MAE':>6} {'bound':>6} {'n':>4}",
+        f"{'rate':>7} {'x cap':>6} {'true mean':>10} {'est mean':>9} {'MAE':>6} "
+        f"{'bound':>6} {'n':>4}",
     ]
     for lv in levels:
         lines.append(

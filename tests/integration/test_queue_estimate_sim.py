@@ -27,7 +27,7 @@ async def test_waiting_estimate_tracks_simulator_truth() -> None:
                     prompt_tokens=48,
                     max_tokens=16,
                     warmup_seconds=1.0,
-                )  # fmt: skip
+                )
             )
     print("\n" + table(capacity, levels))
     for level in levels:
