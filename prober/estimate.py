@@ -29,6 +29,9 @@ from prober.result import RequestResult
 
 _ENVELOPE_BINS = 24  # log2 bins of prompt length: 1 .. 16M tokens
 _WINDOW_SECONDS = 30.0
+# A request whose first token came within this much of its prefill did not queue.
+_NO_WAIT_SECONDS = 0.02
+_NO_WAIT_FRACTION = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,18 +42,46 @@ class Estimate:
 
 
 class OwnLoad:
-    """Live counts the load driver keeps for its in-flight requests."""
+    """Live counts the load driver keeps for its in-flight requests, and the slots they reveal.
 
-    __slots__ = ("awaiting_first_token", "max_decoding", "total")
+    `slots` is a lower bound on the engine's parallel slots, raised by two observations: the
+    number of our requests seen decoding at once, and the number in flight when a request was
+    sent that then waited for no slot (it found one free, so at least that many exist). The
+    second needs the server's own prefill time, to tell a queue wait from a slow prefill.
+    """
+
+    __slots__ = ("awaiting_first_token", "slots", "total")
 
     def __init__(self) -> None:
         self.total = 0
         self.awaiting_first_token = 0
-        self.max_decoding = 0
+        self.slots = 0
+
+    def sent(self) -> int:
+        """Count a request going out; return how many are in flight with it."""
+        self.total += 1
+        self.awaiting_first_token += 1
+        return self.total
 
     def first_token(self) -> None:
         self.awaiting_first_token -= 1
-        self.max_decoding = max(self.max_decoding, self.total - self.awaiting_first_token)
+        self.slots = max(self.slots, self.total - self.awaiting_first_token)
+
+    def finished(
+        self, result: RequestResult | None, in_flight_at_send: int, *, had_first_token: bool
+    ) -> None:
+        self.total -= 1
+        if not had_first_token:
+            self.awaiting_first_token -= 1
+            return
+        if result is None or result.t_first_token_ns is None:
+            return
+        prefill = result.server_prefill_seconds
+        if prefill is None:
+            return
+        wait = (result.t_first_token_ns - result.t_send_ns) / 1e9 - prefill
+        if wait < max(_NO_WAIT_SECONDS, _NO_WAIT_FRACTION * prefill):
+            self.slots = max(self.slots, in_flight_at_send)
 
 
 class PrefillBaseline:
@@ -121,8 +152,8 @@ class QueueEstimator:
         mean_wait = sum(w for _, w, _ in recent) / len(recent) if recent else None
         mean_decode = sum(d for _, _, d in recent) / len(recent) if recent else None
         own = self.own_load
-        if own is not None and own.max_decoding > 0:
-            slots = own.max_decoding
+        if own is not None and own.slots > 0:
+            slots = own.slots
             own_waiting = min(own.awaiting_first_token, max(0, own.total - slots))
             return Estimate(float(own_waiting), float(min(own.total, slots)), mean_wait)
         drain = self.server_drain_rate()

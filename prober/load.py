@@ -101,13 +101,16 @@ class LoadDriver:
         max_tokens = spread(
             self._rng, cfg.max_tokens or target.config.max_tokens, cfg.max_tokens_spread
         )
-        self._enter()
+        own = self.in_flight
+        at_send = own.sent()
+        self.sent += 1
+        self._gauge(1)
         first_token_seen = False
 
         def first_token() -> None:
             nonlocal first_token_seen
             first_token_seen = True
-            self.in_flight.first_token()
+            own.first_token()
 
         result: RequestResult | None = None
         try:
@@ -124,18 +127,10 @@ class LoadDriver:
             result = RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error="load stopped")
             raise
         finally:
-            self.in_flight.total -= 1
-            if not first_token_seen:
-                self.in_flight.awaiting_first_token -= 1
+            own.finished(result, at_send, had_first_token=first_token_seen)
             self._gauge(-1)
             if result is not None:
                 self._record(result)
-
-    def _enter(self) -> None:
-        self.sent += 1
-        self.in_flight.total += 1
-        self.in_flight.awaiting_first_token += 1
-        self._gauge(1)
 
     def _gauge(self, delta: int) -> None:
         if self._metrics is not None:

@@ -63,8 +63,10 @@ class PromptBuilder:
         n_words = self.words_for(tokens)
         body_words = max(0, n_words - len(_INSTRUCTION.split()))
         if self._cache_bust:
-            bust = self._rng.choices(_VOCABULARY, k=min(_BUST_WORDS, body_words))
-            body_words -= len(bust)
+            # Even a prompt shorter than the instruction gets two random words: a prompt that
+            # a prefix cache can serve would measure the cache, not the engine.
+            bust = self._rng.choices(_VOCABULARY, k=max(2, min(_BUST_WORDS, body_words)))
+            body_words = max(0, body_words - len(bust))
         else:
             bust = []
         # The body is fixed for a given length: only the random prefix differs between requests.

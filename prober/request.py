@@ -8,6 +8,7 @@ any parsing, so JSON decoding never inflates a latency.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 import time
 import uuid
@@ -24,6 +25,7 @@ from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamEr
 from prober.stream import Finish, InStreamError, StreamState
 
 _ERROR_BODY_BYTES = 2048
+_STALE_WITHIN_SECONDS = 0.25
 
 
 class Api(StrEnum):
@@ -96,12 +98,20 @@ async def stream_request(
     `on_first_token` is called once, when the first token arrives (the load driver counts
     its requests still waiting for one).
     """
+    first = _Exchange(session, spec, t_sched_ns, on_first_token)
     try:
-        return await _Exchange(session, spec, t_sched_ns, on_first_token).run()
+        return await first.run()
     except _StaleConnection:
-        # A pooled keep-alive connection the server had already closed (llama-server closes
-        # after every stream): nothing reached the server, so send once more on a fresh one.
-        return await _Exchange(session, spec, t_sched_ns, on_first_token).run(reuse=False)
+        # A pooled keep-alive connection the server was closing as we reused it (llama-server
+        # closes after every stream without saying so): nothing reached the server, so send
+        # once more on a connection of its own, within the first attempt's deadlines.
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True),
+            headers=session.headers,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        ) as fresh:
+            retry = _Exchange(fresh, spec, t_sched_ns, on_first_token)
+            return await retry.run(deadlines=first.deadlines)
 
 
 class _StaleConnection(Exception):
@@ -131,6 +141,7 @@ class _Exchange:
         self.phase = _Phase.CONNECT
         self.wall_start = time.time()
         self.t_send_ns = 0
+        self.deadlines = (0.0, 0.0)  # (first token, total) on the loop's clock
 
     def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
         return self.state.result(
@@ -138,16 +149,24 @@ class _Exchange:
             self.wall_start,
         )  # fmt: skip
 
-    async def run(self, *, reuse: bool = True) -> RequestResult:
+    async def run(self, *, deadlines: tuple[float, float] | None = None) -> RequestResult:
+        """One attempt; `deadlines` (a first attempt's) make this a retry that may not retry."""
         loop = asyncio.get_running_loop()
         timeouts = self.spec.timeouts
         self.t_send_ns = time.perf_counter_ns()
-        total_deadline = loop.time() + timeouts.total_seconds
+        started = loop.time()
+        may_retry = deadlines is None
+        if deadlines is None:
+            total_deadline = started + timeouts.total_seconds
+            deadlines = (
+                min(started + timeouts.first_token_seconds, total_deadline),
+                total_deadline,
+            )
+        self.deadlines = deadlines
+        first_token_deadline, total_deadline = deadlines
         try:
-            async with asyncio.timeout_at(
-                min(loop.time() + timeouts.first_token_seconds, total_deadline)
-            ) as deadline:
-                async with self._post(reuse) as resp:
+            async with asyncio.timeout_at(first_token_deadline) as deadline:
+                async with self._post() as resp:
                     self.phase = _Phase.FIRST_TOKEN
                     if resp.status != 200:
                         return await _http_failure(resp, self.finish)
@@ -176,17 +195,17 @@ class _Exchange:
         except (aiohttp.ClientError, OSError) as exc:
             if self.phase is not _Phase.CONNECT:
                 return self.finish(Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {exc!r}")
-            if reuse and isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
+            # A stale pooled connection fails at once; a server that held us a while did not.
+            stale = isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
+            if may_retry and stale and loop.time() - started < _STALE_WITHIN_SECONDS:
                 raise _StaleConnection from exc
             return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {exc!r}")
         return self.state.conclude(self.finish)
 
-    def _post(self, reuse: bool) -> Any:
+    def _post(self) -> Any:
         spec = self.spec
         timeouts = spec.timeouts
         headers = {"X-Request-Id": self.state.request_id, **spec.headers}
-        if not reuse:
-            headers["Connection"] = "close"
         return self.session.post(
             endpoint(spec.base_url, spec.api),
             json=request_body(spec),
@@ -243,9 +262,11 @@ def parse_retry_after(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):

@@ -14,11 +14,13 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -137,13 +139,20 @@ class TargetConfig(_Strict):
                 raise ValueError(f"invalid header name {key!r}")
         return value
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        if self.api_key_env and self.api_key_file:
+    @field_validator("jitter_seconds")
+    @classmethod
+    def _jitter(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("interval_seconds")
+        if interval is not None and value > interval:
+            raise ValueError(f"must not exceed interval_seconds ({interval:g})")
+        return value
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _one_key_source(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("api_key_env"):
             raise ValueError("set api_key_env or api_key_file, not both")
-        if self.jitter_seconds > self.interval_seconds:
-            raise ValueError("jitter_seconds must not exceed interval_seconds")
-        return self
+        return value
 
 
 class ServerConfig(_Strict):
@@ -190,17 +199,20 @@ class Settings(BaseSettings):
     )
 
     server: ServerConfig = ServerConfig()
-    targets: Annotated[list[TargetConfig], Field(min_length=1)]
+    targets: list[TargetConfig]
     logging: LoggingConfig = LoggingConfig()
     shard: ShardConfig = ShardConfig()
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> Self:
-        names = [t.name for t in self.targets]
+    @field_validator("targets")
+    @classmethod
+    def _unique_names(cls, targets: list[TargetConfig]) -> list[TargetConfig]:
+        if not targets:
+            raise ValueError("at least one target is required")
+        names = [t.name for t in targets]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"target names must be unique: {', '.join(dupes)}")
-        return self
+            raise ValueError(f"target names must be unique, repeated: {', '.join(dupes)}")
+        return targets
 
     @classmethod
     def settings_customise_sources(
@@ -217,8 +229,8 @@ class Settings(BaseSettings):
 
 def load_settings(path: Path | None) -> Settings:
     """Validated settings from `path` (YAML, optional) and the environment, or `ConfigError`."""
-    if path is not None and not path.is_file():
-        raise ConfigError([f"config: cannot read {path}: no such file"])
+    if path is not None:
+        _check_yaml(path)
 
     class _FromFile(Settings):
         model_config = SettingsConfigDict(yaml_file=path)
@@ -233,6 +245,22 @@ def load_settings(path: Path | None) -> Settings:
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+def _check_yaml(path: Path) -> None:
+    """The file exists, parses, and holds a mapping; else one clear problem line."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError([f"config: cannot read {path}: {exc.strerror}"]) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"config: {path} is not valid YAML{at}: {problem}"]) from None
+    if data is not None and not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ConfigError([f"config: {path} must hold a mapping (server:, targets:), not a {kind}"])
 
 
 def _problems(exc: ValidationError) -> list[str]:

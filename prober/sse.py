@@ -39,11 +39,18 @@ class LineSplitter:
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
-        self._buf = lines.pop() + tail
-        if len(self._buf) > self._max or (
-            len(data) > self._max and any(len(line) > self._max for line in lines)
+        rest = lines.pop()
+        # Only the first line can hold bytes from earlier reads; the others come from this read
+        # alone and need a look only when the read itself is longer than the limit.
+        if len(rest) > self._max or (
+            lines
+            and (
+                len(lines[0]) > self._max
+                or (len(data) > self._max and any(len(line) > self._max for line in lines))
+            )
         ):
             raise StreamError(f"line longer than {self._max} bytes")
+        self._buf = rest + tail
         return lines
 
     def close(self) -> list[bytes]:

@@ -8,6 +8,7 @@ into the daemon's own `TargetConfig`, so bench sends through the same `Target.se
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -99,6 +100,8 @@ class BenchConfig:
                 _positive(flag, value)
         if not 0 < self.capacity_goodput <= 1:
             raise ValueError(f"--capacity-goodput: must be in (0, 1], got {self.capacity_goodput}")
+        if self.api_key_env is not None and not os.environ.get(self.api_key_env):
+            raise ValueError(f"--api-key-env: environment variable {self.api_key_env} is unset")
         if self.api is Api.OLLAMA:
             raise ValueError("--api: bench supports chat and completions")
         # Built once here so a bad URL or model is a flag error, not a failure mid-sweep.
@@ -162,7 +165,9 @@ def _check_levels(mode: Mode, levels: tuple[float, ...]) -> None:
     for value in levels:
         if mode is Mode.CONCURRENCY:
             if value != int(value) or not 1 <= value <= MAX_CONCURRENCY:
-                raise ValueError(f"{flag}: each must be an integer 1..{MAX_CONCURRENCY}, got {value}")
+                raise ValueError(
+                    f"{flag}: each must be an integer 1..{MAX_CONCURRENCY}, got {value}"
+                )
         elif not (math.isfinite(value) and 0 < value <= MAX_RATE):
             raise ValueError(f"{flag}: each rate must be in (0, {MAX_RATE:g}] req/s, got {value}")
 

@@ -14,8 +14,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: never try to open a window
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 
 def _load(level: dict[str, Any]) -> float:
@@ -44,18 +45,18 @@ def _mark_knee(ax: Axes, doc: dict[str, Any]) -> None:
         ax.axvline(_load(knee), color="grey", linestyle="--", linewidth=1, label="knee")
 
 
-def _finish(ax: Axes, doc: dict[str, Any], title: str, ylabel: str, path: Path) -> Path:
+def _finish(
+    fig: Figure, ax: Axes, doc: dict[str, Any], title: str, ylabel: str, path: Path
+) -> Path:
     _mark_knee(ax, doc)
     ax.set_title(title)
     ax.set_xlabel(_axis_label(doc))
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig = ax.get_figure()
-    assert fig is not None
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)  # type: ignore[arg-type]
+    plt.close(fig)
     return path
 
 
@@ -65,12 +66,12 @@ def write_plots(doc: dict[str, Any], directory: Path) -> list[Path]:
     x = [_load(lvl) for lvl in levels]
     paths = []
 
-    _, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for q in ("p50", "p99"):
         ax.plot(x, _series(levels, "ttft_seconds", q), marker="o", label=f"TTFT {q}")
-    paths.append(_finish(ax, doc, "Time to first token", "seconds", directory / "ttft.png"))
+    paths.append(_finish(fig, ax, doc, "Time to first token", "seconds", directory / "ttft.png"))
 
-    _, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(x, _series(levels, "request_throughput"), marker="o", label="requests/s")
     ax.plot(x, _series(levels, "goodput", "requests_per_second"), marker="s", label="goodput/s")
     twin = ax.twinx()
@@ -78,10 +79,10 @@ def write_plots(doc: dict[str, Any], directory: Path) -> list[Path]:
               label="output tokens/s")  # fmt: skip
     twin.set_ylabel("output tokens/s")
     twin.legend(loc="lower right")
-    paths.append(_finish(ax, doc, "Throughput", "requests/s", directory / "throughput.png"))
+    paths.append(_finish(fig, ax, doc, "Throughput", "requests/s", directory / "throughput.png"))
 
-    _, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for q in ("p50", "p99"):
         ax.plot(x, _series(levels, "tpot_seconds", q), marker="o", label=f"TPOT {q}")
-    paths.append(_finish(ax, doc, "Time per output token", "seconds", directory / "tpot.png"))
+    paths.append(_finish(fig, ax, doc, "Time per output token", "seconds", directory / "tpot.png"))
     return paths

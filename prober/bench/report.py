@@ -151,7 +151,8 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
     else:
         lines.append(
             f"capacity: {_level_name(cap['level'])} (goodput {cap['goodput_ratio']:.0%}, "
-            f"{cap['request_throughput']:.2f} req/s, mean E2E {cap['mean_e2e_from_send_seconds']:.3f}s)"
+            f"{cap['request_throughput']:.2f} req/s, "
+            f"mean E2E {cap['mean_e2e_from_send_seconds']:.3f}s)"
         )
         if "slots_needed" in cap:
             lines.append(
@@ -163,6 +164,8 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
 
 def print_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     out = console or Console()
+    if console is None and not out.is_terminal:
+        out.width = 160  # a pipe or a file: do not squeeze the table into 80 columns
     out.print(summary_table(doc))
     for line in verdict_lines(doc):
         out.print(line, highlight=False)

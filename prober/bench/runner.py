@@ -35,6 +35,34 @@ OnResult = Callable[[RequestResult], None]
 OnPhase = Callable[[Level, str, int | None], None]
 
 
+# Pre-flight requests that may go to calibrating a repeated prompt, and how close is enough.
+_CALIBRATION_REQUESTS = 3
+_CALIBRATION_TOLERANCE = 0.02
+
+
+class RepeatedPrompt(PromptBuilder):
+    """`--no-cache-bust`: once `freeze()` is called, every request gets the very same text.
+
+    Calibration changes the word count from one request to the next; a prefix cache that
+    cannot truncate (sliding-window models such as Gemma 3 in llama.cpp) then reuses
+    nothing, so the text is fixed once the length has been learned.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(cache_bust=False, seed=seed)
+        self._fixed: dict[int, tuple[str, int]] | None = None
+
+    def freeze(self) -> None:
+        self._fixed = {}
+
+    def build(self, tokens: int) -> tuple[str, int]:
+        if self._fixed is None:
+            return super().build(tokens)
+        if tokens not in self._fixed:
+            self._fixed[tokens] = super().build(tokens)
+        return self._fixed[tokens]
+
+
 class PreflightError(Exception):
     """The server did not answer one plain request: nothing useful can be measured."""
 
@@ -66,7 +94,11 @@ class BenchRunner:
     ) -> None:
         self.cfg = cfg
         self.target = Target.from_config(cfg.target_config())
-        self.prompts = PromptBuilder(cache_bust=cfg.cache_bust, seed=cfg.seed)
+        self.prompts = (
+            PromptBuilder(cache_bust=True, seed=cfg.seed)
+            if cfg.cache_bust
+            else RepeatedPrompt(cfg.seed)
+        )
         self._on_result = on_result or (lambda _: None)
         self._on_phase = on_phase or (lambda *_: None)
 
@@ -77,19 +109,30 @@ class BenchRunner:
         return SweepRun(first, runs, self.prompts.tokens_per_word)
 
     async def preflight(self, session: aiohttp.ClientSession) -> RequestResult:
-        """One short request; a server that cannot answer it fails the sweep at once."""
-        result = await self.target.send(
-            session,
-            time.perf_counter_ns(),
-            prompt_tokens=self.cfg.input_len,
-            max_tokens=1,
-            prompts=self.prompts,
-        )
-        if not result.ok:
-            raise PreflightError(
-                f"pre-flight request to {self.cfg.url} failed ({result.outcome.value}): "
-                f"{result.error or 'no detail'}"
+        """One short request; a server that cannot answer it fails the sweep at once.
+
+        For a repeated prompt, up to `_CALIBRATION_REQUESTS` until its length is within
+        `_CALIBRATION_TOLERANCE` of the request, then the text is frozen.
+        """
+        cfg = self.cfg
+        for _ in range(1 if cfg.cache_bust else _CALIBRATION_REQUESTS):
+            result = await self.target.send(
+                session,
+                time.perf_counter_ns(),
+                prompt_tokens=cfg.input_len,
+                max_tokens=1,
+                prompts=self.prompts,
             )
+            if not result.ok:
+                raise PreflightError(
+                    f"pre-flight request to {cfg.url} failed ({result.outcome.value}): "
+                    f"{result.error or 'no detail'}"
+                )
+            error = abs((result.prompt_tokens or 0) / cfg.input_len - 1)
+            if error <= _CALIBRATION_TOLERANCE:
+                break
+        if isinstance(self.prompts, RepeatedPrompt):
+            self.prompts.freeze()
         return result
 
     async def level(self, session: aiohttp.ClientSession, level: Level) -> LevelRun:
@@ -97,9 +140,7 @@ class BenchRunner:
         if cfg.warmup:
             self._on_phase(level, "warmup", cfg.warmup)
             width = int(level.value) if level.mode is Mode.CONCURRENCY else 1
-            await self._closed(
-                session, min(width, cfg.warmup), cfg.warmup, None, self._on_result
-            )
+            await self._closed(session, min(width, cfg.warmup), cfg.warmup, None, self._on_result)
         self._on_phase(level, "measure", cfg.num_requests)
         if level.mode is Mode.CONCURRENCY:
             results = await self._closed(
@@ -195,6 +236,6 @@ class BenchRunner:
                               cfg.num_requests + 1))  # fmt: skip
         stop_at = started_ns + int((offsets[-2] + offsets[-1]) / 2 * 1e9)
         await asyncio.sleep(max(0.0, (stop_at - time.perf_counter_ns()) / 1e9))
-        while driver.sent + driver.dropped < cfg.num_requests:
+        # LoadDriver has no send hook to wait on; this only spins when the loop ran late.
+        while driver.sent + driver.dropped < cfg.num_requests:  # noqa: ASYNC110
             await asyncio.sleep(0.001)
-

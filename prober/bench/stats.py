@@ -12,12 +12,12 @@ Definitions (docs/bench.md states them for users):
   by it.
 - Little's law, over the window: L = ∫ in-flight(t) dt / T with a request in flight from
   `t_send` to `t_end` (any outcome); λ = successful completions / T; W = mean E2E of
-  successful requests measured from `t_send`. On a window that starts and ends empty this
-  is a sample-path identity, so `ratio` ≠ 1 means requests held the server without
-  completing (failures), never noise. `steady` repeats the check over the offered-load
-  window [first send, last send], where arrivals still happen: there the ratio shows
-  whether the level reached a steady state, and `mean_in_flight` is the concurrency the
-  client really achieved.
+  successful requests measured from `t_send`. The window starts and ends empty, so when
+  every request succeeds L = λW is a sample-path identity: the check validates the
+  bookkeeping, and `ratio` > 1 means failed requests held the server without completing.
+  `arrival_window` adds what the identity cannot show: the mean in-flight while requests
+  still arrive (the concurrency really held) and its growth from the first half of that
+  window to the second (about 1 at a steady state, well above 1 when a queue builds).
 - knee: the first level, in increasing load, whose TTFT p99 exceeds KNEE_TTFT_FACTOR × the
   lowest level's while output-token throughput grew less than KNEE_THROUGHPUT_GAIN over the
   level before: more load bought mostly latency.
@@ -27,6 +27,7 @@ Definitions (docs/bench.md states them for users):
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import Counter
@@ -86,36 +87,47 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
-def _littles_terms(
-    results: Sequence[RequestResult], start_ns: int, end_ns: int
-) -> dict[str, float | int | None]:
+def littles_law(results: Sequence[RequestResult]) -> dict[str, Any]:
+    """L (time-weighted in-flight) versus λ·W over the level; in-flight over its arrivals."""
+    if not results:
+        return {"mean_in_flight": None, "lambda_times_w": None, "ratio": None}
+    start_ns, end_ns = min(r.t_send_ns for r in results), max(r.t_end_ns for r in results)
     span = (end_ns - start_ns) / NS_PER_S
-    done = [r for r in results if r.ok and start_ns <= r.t_end_ns <= end_ns]
-    if span <= 0 or not done:
-        return {"window_seconds": span, "mean_in_flight": None, "lambda_times_w": None,
-                "ratio": None, "completions": len(done)}  # fmt: skip
-    mean_in_flight = in_flight_area(results, start_ns, end_ns) / span
-    lam = len(done) / span
-    w = statistics.fmean((r.t_end_ns - r.t_send_ns) / NS_PER_S for r in done)
+    done = [r for r in results if r.ok]
+    mean_in_flight = in_flight_area(results, start_ns, end_ns) / span if span > 0 else None
+    lam = len(done) / span if span > 0 else None
+    w = statistics.fmean((r.t_end_ns - r.t_send_ns) / NS_PER_S for r in done) if done else None
+    lam_w = lam * w if lam is not None and w is not None else None
     return {
         "window_seconds": span,
         "mean_in_flight": mean_in_flight,
         "throughput": lam,
         "mean_e2e_from_send_seconds": w,
-        "lambda_times_w": lam * w,
-        "ratio": _ratio(mean_in_flight, lam * w),
-        "completions": len(done),
+        "lambda_times_w": lam_w,
+        "ratio": _ratio(mean_in_flight, lam_w) if mean_in_flight and lam_w else None,
+        "arrival_window": arrival_window(results),
     }
 
 
-def littles_law(results: Sequence[RequestResult]) -> dict[str, Any]:
-    """L (time-weighted in-flight) versus λ·W over the level, and over its steady part."""
-    if not results:
-        return {"mean_in_flight": None, "lambda_times_w": None, "ratio": None}
-    start_ns, end_ns = min(r.t_send_ns for r in results), max(r.t_end_ns for r in results)
-    out = _littles_terms(results, start_ns, end_ns)
-    last_send = max(r.t_send_ns for r in results)
-    return {**out, "steady": _littles_terms(results, start_ns, last_send)}
+def arrival_window(results: Sequence[RequestResult]) -> dict[str, float | None]:
+    """In flight while requests still arrive ([first send, last send]), and its growth.
+
+    `mean_in_flight` is the concurrency the client really held (closed loop: C, less any
+    gap between a request's end and the next send); `growth` is the second half's mean
+    over the first half's: about 1 at a steady state, well above 1 when a queue builds.
+    """
+    start_ns, end_ns = min(r.t_send_ns for r in results), max(r.t_send_ns for r in results)
+    span = (end_ns - start_ns) / NS_PER_S
+    if span <= 0:
+        return {"window_seconds": span, "mean_in_flight": None, "growth": None}
+    mid_ns = (start_ns + end_ns) // 2
+    first = in_flight_area(results, start_ns, mid_ns)
+    second = in_flight_area(results, mid_ns, end_ns)
+    return {
+        "window_seconds": span,
+        "mean_in_flight": (first + second) / span,
+        "growth": _ratio(second, first),
+    }
 
 
 def summarize(results: Sequence[RequestResult], slo: Slo) -> Summary:
@@ -174,7 +186,7 @@ def knee(levels: Sequence[Summary]) -> dict[str, Any]:
     out: dict[str, Any] = {"rule": rule, "level": None, "baseline_ttft_p99_seconds": base}
     if base is None:
         return out
-    for prev, cur in zip(levels, levels[1:], strict=False):
+    for prev, cur in itertools.pairwise(levels):
         p99 = _get(cur, "ttft_seconds", "p99")
         before = _get(prev, "output_token_throughput")
         after = _get(cur, "output_token_throughput")

@@ -35,8 +35,9 @@ class Level:
 
 
 async def measure_capacity(
-    base: str, workers: int, seconds: float, prompt: str, max_tokens: int
-) -> float:
+    base: str, workers: int, seconds: float, prompt: str, max_tokens: int,
+    extra_body: dict[str, object] | None = None,
+) -> float:  # fmt: skip
     """Completed requests per second with `workers` closed-loop clients."""
     done = 0
     async with client_session() as session:
@@ -46,8 +47,9 @@ async def measure_capacity(
             nonlocal done
             while time.monotonic() < stop_at:
                 spec = RequestSpec(
-                    f"{base}/v1", Api.CHAT, "m", f"{time.time_ns()} {prompt}", max_tokens
-                )
+                    f"{base}/v1", Api.CHAT, "m", f"{time.time_ns()} {prompt}", max_tokens,
+                    extra_body=extra_body or {},
+                )  # fmt: skip
                 result = await stream_request(session, spec, time.perf_counter_ns())
                 assert result.outcome is Outcome.OK, result.error
                 done += 1

@@ -1,0 +1,162 @@
+"""`llm-prober bench`: its flags, their translation into a `BenchConfig`, and the run itself.
+
+Flags are read as text and checked by `BenchConfig`, so a bad value prints exactly one line
+naming the flag and exits 2. An unreachable or failing server is caught by the pre-flight
+request and exits 1 within the connect timeout. Exit 0 when the sweep ran, whatever the
+server's errors (they are data, in the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from prober.bench.config import BenchConfig, Mode, parse_levels
+from prober.bench.runner import BenchRunner, PreflightError
+from prober.request import Api
+from prober.settings import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# flag, dest, metavar, help: read as text, converted and checked in `config_from_args`.
+_VALUES: tuple[tuple[str, str, str], ...] = (
+    ("--num-requests", "N", "measured requests per level (default 32 unless --duration)"),
+    ("--duration", "S", "seconds of load per level instead of a request count"),
+    ("--input-len", "TOKENS", "prompt length in tokens, calibrated (default 128)"),
+    ("--output-len", "TOKENS", "max_tokens of every request (default 64)"),
+    ("--warmup", "N", "unmeasured requests before each level (default 2)"),
+    ("--seed", "N", "seed of prompts and arrivals (default: random, recorded in the report)"),
+    ("--slo-ttft", "S", "goodput SLO on TTFT, seconds (default 2.0)"),
+    ("--slo-tpot", "S", "goodput SLO on TPOT, seconds (default 0.2)"),
+    ("--slo-e2e", "S", "goodput SLO on E2E, seconds (default none)"),
+    ("--capacity-goodput", "RATIO", "goodput ratio a level needs to count as capacity (0.9)"),
+    ("--target-rate", "R", "req/s to size slots for: R x mean E2E at capacity"),
+    ("--timeout", "S", "per-request first-token and total timeout (default 300)"),
+    ("--connect-timeout", "S", "connect timeout, also of the pre-flight (default 3)"),
+    ("--max-in-flight", "N", "open loop: arrivals beyond this many in flight are dropped (1000)"),
+)
+
+
+def add_bench_parser(subparsers: Any) -> None:
+    """Add the `bench` subcommand to `subparsers` (from `ArgumentParser.add_subparsers`)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "bench",
+        help="sweep concurrency or request rate; report latency, throughput, knee, capacity",
+        description=__doc__,
+    )
+    p.add_argument("--url", required=True, help="OpenAI base URL, e.g. http://host:8080/v1")
+    p.add_argument("--model", required=True)
+    p.add_argument("--api", choices=[Api.CHAT.value, Api.COMPLETIONS.value], default="chat")
+    p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.CONCURRENCY.value,
+                   help="concurrency: closed loop; rate: open loop (Poisson)")  # fmt: skip
+    p.add_argument("--concurrency", metavar="C,C,...", default="1,2,4,8",
+                   help="closed-loop levels (default 1,2,4,8)")  # fmt: skip
+    p.add_argument("--levels", metavar="R,R,...", help="open-loop rates in req/s (--mode rate)")
+    p.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
+    for flag, metavar, text in _VALUES:
+        p.add_argument(flag, metavar=metavar, help=text)
+    p.add_argument("--no-cache-bust", action="store_true",
+                   help="send one identical prompt (shows what a prefix cache saves)")  # fmt: skip
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="send ignore_eos: true, for exactly --output-len tokens")  # fmt: skip
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable with the API key")
+    p.add_argument("--out", metavar="FILE.json", type=Path, help="write the JSON report here")
+    p.add_argument("--plot", metavar="DIR", type=Path, help="write PNG charts here")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+
+
+def _number(args: argparse.Namespace, flag: str, kind: type[int] | type[float]) -> Any:
+    raw = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+    if raw is None:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        noun = "an integer" if kind is int else "a number"
+        raise ValueError(f"{flag}: expected {noun}, got {raw!r}") from None
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """Flags → a validated `BenchConfig`; `ValueError('--flag: ...')` on the first fault."""
+    mode = Mode(args.mode)
+    if mode is Mode.RATE:
+        if not args.levels:
+            raise ValueError("--levels: required with --mode rate (e.g. --levels 1,2,4)")
+        levels = parse_levels("--levels", args.levels, integers=False)
+    else:
+        levels = parse_levels("--concurrency", args.concurrency, integers=True)
+    duration = _number(args, "--duration", float)
+    count = _number(args, "--num-requests", int)
+    seed = _number(args, "--seed", int)
+    given: dict[str, Any] = {
+        "input_len": _number(args, "--input-len", int),
+        "output_len": _number(args, "--output-len", int),
+        "warmup": _number(args, "--warmup", int),
+        "slo_ttft_seconds": _number(args, "--slo-ttft", float),
+        "slo_tpot_seconds": _number(args, "--slo-tpot", float),
+        "slo_e2e_seconds": _number(args, "--slo-e2e", float),
+        "capacity_goodput": _number(args, "--capacity-goodput", float),
+        "target_rate": _number(args, "--target-rate", float),
+        "timeout_seconds": _number(args, "--timeout", float),
+        "connect_timeout_seconds": _number(args, "--connect-timeout", float),
+        "max_in_flight": _number(args, "--max-in-flight", int),
+    }
+    return BenchConfig(
+        url=args.url,
+        model=args.model,
+        mode=mode,
+        levels=levels,
+        num_requests=count if count is not None or duration is not None else 32,
+        duration_seconds=duration,
+        cache_bust=not args.no_cache_bust,
+        seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
+        api=Api(args.api),
+        arrival=args.arrival,
+        ignore_eos=args.ignore_eos,
+        api_key_env=args.api_key_env,
+        **{k: v for k, v in given.items() if v is not None},
+    )
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run the sweep the flags describe; print the summary; write --out and --plot."""
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        print(f"llm-prober bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        doc = asyncio.run(measure(cfg, progress=not args.no_progress))
+    except ConfigError as exc:  # e.g. --api-key-env names an unset variable
+        print(f"llm-prober bench: error: {exc.problems[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except PreflightError as exc:
+        print(f"llm-prober bench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    from prober.bench.report import print_summary, write_json
+
+    print_summary(doc)
+    if args.out is not None:
+        write_json(doc, args.out)
+        print(f"report: {args.out}", file=sys.stderr)
+    if args.plot is not None:
+        from prober.bench.plots import write_plots
+
+        for path in write_plots(doc, args.plot):
+            print(f"plot: {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+async def measure(cfg: BenchConfig, *, progress: bool = False) -> dict[str, Any]:
+    """The library entry point: run the sweep, return the JSON report as a dict."""
+    from prober.bench.progress import SweepProgress
+    from prober.bench.report import build_report
+
+    with SweepProgress(enabled=progress) as bar:
+        runner = BenchRunner(cfg, on_result=bar.on_result, on_phase=bar.on_phase)
+        sweep = await runner.run()
+    return build_report(cfg, sweep)

@@ -1,0 +1,153 @@
+"""The `llm-prober` command as a user runs it: real processes, real ports, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.integration.daemon import free_port
+
+CLI = [sys.executable, "-m", "prober.cli"]
+MINIMAL = """\
+server:
+  listen: "127.0.0.1:{port}"
+targets:
+  - name: local
+    url: http://127.0.0.1:{sim}/v1
+    model: any
+"""
+
+
+@contextmanager
+def process(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def wait_http(url: str, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return str(resp.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def sim_port() -> Iterator[int]:
+    port = free_port()
+    with process("sim", "--port", str(port), "--decode-step", "0.01") as proc:
+        wait_http(f"http://127.0.0.1:{port}/health")
+        yield port
+        assert proc.poll() is None
+
+
+def test_probe_prints_one_json_object(sim_port: int) -> None:
+    out = subprocess.run(
+        [*CLI, "probe", "--url", f"http://127.0.0.1:{sim_port}/v1", "--model", "sim",
+         "--max-tokens", "8", "--prompt-tokens", "32", "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    doc = json.loads(out.stdout)
+    for key in ("outcome", "ttft_seconds", "ttfo_seconds", "tpot_seconds", "e2e_seconds",
+                "itl_seconds", "prompt_tokens", "output_tokens", "reasoning_tokens",
+                "token_source"):  # fmt: skip
+        assert key in doc
+    assert doc["outcome"] == "ok"
+    assert doc["output_tokens"] == 8
+    assert doc["token_source"] == "usage"
+    assert len(doc["itl_seconds"]) == 7
+
+
+def test_probe_failure_exits_1_with_outcome() -> None:
+    port = free_port()
+    out = subprocess.run(
+        [*CLI, "probe", "--url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["outcome"] == "connect_error"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["probe", "--url", "http://x/v1", "--model", "m", "--max-tokens", "0"],
+         "argument --max-tokens: must be at least 1, got 0"),
+        (["probe", "--url", "http://x/v1", "--model", "m", "--api", "grpc"],
+         "argument --api: invalid choice: 'grpc'"),
+        (["probe", "--model", "m"], "the following arguments are required: --url"),
+    ],
+)  # fmt: skip
+def test_bad_flags_exit_2_with_one_clear_line(argv: list[str], message: str) -> None:
+    out = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert message in out.stderr
+
+
+def test_check_config(tmp_path: Path) -> None:
+    good = tmp_path / "good.yml"
+    good.write_text(MINIMAL.format(port=9470, sim=8080))
+    out = subprocess.run([*CLI, "check-config", str(good)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text("targets:\n  - name: x\n    url: ftp://h\n")
+    out = subprocess.run([*CLI, "check-config", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        "targets[0].url: must be an http:// or https:// URL, got 'ftp://h'",
+        "targets[0].model: required",
+    ]
+    # The daemon refuses to start on the same errors.
+    out = subprocess.run([*CLI, "run", "--config", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "targets[0].model: required" in out.stderr
+
+
+def test_daemon_serves_and_exits_0_on_sigterm_within_grace(tmp_path: Path, sim_port: int) -> None:
+    port = free_port()
+    config = tmp_path / "config.yml"
+    config.write_text(
+        MINIMAL.format(port=port, sim=sim_port)
+        + "    headers: {X-Sim-Fault: 'stall_after:2'}\n    warmup: 0\n"
+    )
+    with process(
+        "run", "--config", str(config), env={"LLMPROBER_SERVER__GRACE_SECONDS": "1"}
+    ) as proc:
+        landing = wait_http(f"http://127.0.0.1:{port}/")
+        assert "local" in landing
+        assert wait_http(f"http://127.0.0.1:{port}/-/healthy") == "OK\n"
+        metrics = wait_http(f"http://127.0.0.1:{port}/metrics")
+        assert "llmprober_slo_ttft_seconds" in metrics
+        time.sleep(0.5)  # the stalled probe is now in flight
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        elapsed = time.monotonic() - started
+        output = proc.stdout.read() if proc.stdout else ""
+    assert code == 0, output
+    assert elapsed < 1 + 5, f"shutdown took {elapsed:.1f}s with a 1 s grace"
+    events = [json.loads(line)["event"] for line in output.splitlines() if line.startswith("{")]
+    assert "starting" in events
+    assert "stopped" in events

@@ -1,0 +1,327 @@
+"""prober.settings: each invalid config paired with its exact problem lines; the happy paths."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prober.request import Api
+from prober.settings import ConfigError, Settings, load_settings, resolve_api_key
+
+MINIMAL = """\
+server:
+  listen: "127.0.0.1:9470"
+targets:
+  - name: local
+    url: http://127.0.0.1:8080/v1
+    model: any
+"""
+
+WITH_METRICS_AND_LOAD = """\
+server:
+  listen: "127.0.0.1:9470"
+targets:
+  - name: local
+    url: http://127.0.0.1:8080/v1
+    model: any
+    metrics_url: http://127.0.0.1:8080/metrics
+    load: {rate: 2.0, max_in_flight: 64}
+"""
+
+TARGET = "targets:\n  - name: a\n    url: http://x/v1\n    model: m\n"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No stray LLMPROBER_* variable from the developer's shell, no stray files in cwd."""
+    for name in os.environ:
+        if name.upper().startswith("LLMPROBER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def load(tmp_path: Path, text: str) -> Settings:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return load_settings(path)
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text)
+    assert str(info.value) == "\n".join(info.value.problems)
+    return info.value.problems
+
+
+# -- invalid configs -----------------------------------------------------------------------
+
+INVALID = [
+    pytest.param('server:\n  listen: "127.0.0.1:9470"\n', ["targets: required"], id="no-targets"),
+    pytest.param("", ["targets: required"], id="empty-file"),
+    pytest.param(
+        "targets: []\n",
+        ["targets: at least one target is required"],
+        id="empty-targets",
+    ),
+    pytest.param(
+        "targets:\n  - name: a\n    model: m\n", ["targets[0].url: required"], id="missing-url"
+    ),
+    pytest.param(
+        "targets:\n  - name: a\n    url: http://x/v1\n",
+        ["targets[0].model: required"],
+        id="missing-model",
+    ),
+    pytest.param(
+        "targets:\n  - url: http://x/v1\n    model: m\n",
+        ["targets[0].name: required"],
+        id="missing-name",
+    ),
+    pytest.param(
+        "targets:\n  - name: a\n",
+        ["targets[0].url: required", "targets[0].model: required"],
+        id="missing-url-and-model",
+    ),
+    pytest.param(
+        "targets:\n  - name: a\n    url: ftp://x/v1\n    model: m\n",
+        ["targets[0].url: must be an http:// or https:// URL, got 'ftp://x/v1'"],
+        id="bad-url-scheme",
+    ),
+    pytest.param(
+        TARGET + "    metrics_url: x:9090/metrics\n",
+        ["targets[0].metrics_url: must be an http:// or https:// URL, got 'x:9090/metrics'"],
+        id="bad-metrics-url",
+    ),
+    pytest.param(
+        "targets:\n  - name: 'a b'\n    url: http://x/v1\n    model: m\n",
+        ["targets[0].name: must be 1-64 of letters, digits, '_', '.', ':', '-'"],
+        id="bad-name",
+    ),
+    pytest.param(
+        "targets:\n  - name: a\n    url: http://x/v1\n    model: ' '\n",
+        ["targets[0].model: must not be empty"],
+        id="blank-model",
+    ),
+    pytest.param(
+        TARGET + "    interval_seconds: 0\n",
+        ["targets[0].interval_seconds: Input should be greater than or equal to 0.1"],
+        id="zero-interval",
+    ),
+    pytest.param(
+        TARGET + "    interval_seconds: -5\n",
+        ["targets[0].interval_seconds: Input should be greater than or equal to 0.1"],
+        id="negative-interval",
+    ),
+    pytest.param(
+        TARGET + "    interval_seconds: 1\n    jitter_seconds: 2\n",
+        ["targets[0].jitter_seconds: must not exceed interval_seconds (1)"],
+        id="jitter-over-interval",
+    ),
+    pytest.param(
+        TARGET + "    intervl_seconds: 5\n",
+        ["targets[0].intervl_seconds: unknown key"],
+        id="typo-in-target",
+    ),
+    pytest.param(
+        TARGET + "logging:\n  levle: debug\n", ["logging.levle: unknown key"], id="typo-nested"
+    ),
+    pytest.param(TARGET + "load: {rate: 2.0}\n", ["load: unknown key"], id="load-at-top-level"),
+    pytest.param(
+        'server:\n  listen: "9470"\n' + TARGET,
+        ["server.listen: must be HOST:PORT, got '9470'"],
+        id="listen-without-colon",
+    ),
+    pytest.param(
+        'server:\n  listen: "127.0.0.1:70000"\n' + TARGET,
+        ["server.listen: must be HOST:PORT, got '127.0.0.1:70000'"],
+        id="listen-port-range",
+    ),
+    pytest.param(
+        TARGET + "  - name: a\n    url: http://y/v1\n    model: m\n",
+        ["targets: target names must be unique, repeated: a"],
+        id="duplicate-names",
+    ),
+    pytest.param(
+        TARGET + "    api_key_env: KEY\n    api_key_file: /tmp/key\n",
+        ["targets[0].api_key_file: set api_key_env or api_key_file, not both"],
+        id="both-api-key-sources",
+    ),
+    pytest.param(
+        TARGET + "    api_key_env: LLMPROBER_TEST_SURELY_UNSET\n",
+        ["targets[0].api_key_env: environment variable LLMPROBER_TEST_SURELY_UNSET is unset"],
+        id="api-key-env-unset",
+    ),
+    pytest.param(
+        TARGET + "    api_key_file: /nonexistent/llmprober.key\n",
+        [
+            "targets[0].api_key_file: cannot read /nonexistent/llmprober.key: "
+            "No such file or directory"
+        ],
+        id="api-key-file-missing",
+    ),
+    pytest.param(
+        TARGET + "    load: {rate: 0}\n",
+        ["targets[0].load.rate: Input should be greater than 0"],
+        id="load-rate-zero",
+    ),
+    pytest.param(
+        TARGET + "    load: {rate: -1.5}\n",
+        ["targets[0].load.rate: Input should be greater than 0"],
+        id="load-rate-negative",
+    ),
+    pytest.param(
+        TARGET + "    load: {max_in_flight: 4}\n",
+        ["targets[0].load.rate: required"],
+        id="load-rate-missing",
+    ),
+    pytest.param(
+        TARGET + "    load: {rate: 1, max_in_flight: 0}\n",
+        ["targets[0].load.max_in_flight: Input should be greater than or equal to 1"],
+        id="load-max-in-flight-zero",
+    ),
+    pytest.param(
+        "shard: {index: 2, count: 2}\n" + TARGET,
+        ["shard: index 2 must be below count 2"],
+        id="shard-index-too-high",
+    ),
+    pytest.param(
+        "targets: 5\n", ["targets: Input should be a valid list"], id="targets-not-a-list"
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), INVALID)
+def test_invalid_config_problems(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert problems(tmp_path, text) == expected
+
+
+def test_several_faults_are_all_reported(tmp_path: Path) -> None:
+    text = (
+        'server:\n  listen: "nope"\n'
+        "targets:\n  - name: a\n    url: ftp://x\n    model: m\n    intervl_seconds: 5\n"
+    )
+    assert problems(tmp_path, text) == [
+        "server.listen: must be HOST:PORT, got 'nope'",
+        "targets[0].url: must be an http:// or https:// URL, got 'ftp://x'",
+        "targets[0].intervl_seconds: unknown key",
+    ]
+
+
+def test_api_key_problems_name_their_target_index(tmp_path: Path) -> None:
+    text = TARGET + (
+        "  - name: b\n    url: http://y/v1\n    model: m\n"
+        "    api_key_env: LLMPROBER_TEST_SURELY_UNSET\n"
+    )
+    assert problems(tmp_path, text) == [
+        "targets[1].api_key_env: environment variable LLMPROBER_TEST_SURELY_UNSET is unset"
+    ]
+
+
+def test_empty_api_key_file(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("\n")
+    assert problems(tmp_path, TARGET + f"    api_key_file: {key}\n") == [
+        f"targets[0].api_key_file: {key} is empty"
+    ]
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.problems == [f"config: cannot read {path}: No such file or directory"]
+
+
+@pytest.mark.parametrize(
+    "text", ["targets:\n  - name: a\n    url: [http://x/v1\n", "targets:\n\t- name: a\n"]
+)
+def test_yaml_syntax_error_is_a_config_error(tmp_path: Path, text: str) -> None:
+    found = problems(tmp_path, text)
+    assert len(found) == 1
+    assert found[0].startswith("config: ")
+    assert "line " in found[0]
+
+
+def test_yaml_top_level_not_a_mapping(tmp_path: Path) -> None:
+    found = problems(tmp_path, "- a\n- b\n")
+    assert len(found) == 1
+    assert found[0].startswith("config: ")
+
+
+# -- valid configs -------------------------------------------------------------------------
+
+
+def test_minimal_config_as_written(tmp_path: Path) -> None:
+    s = load(tmp_path, MINIMAL)
+    assert (s.server.listen, s.server.host, s.server.port) == ("127.0.0.1:9470", "127.0.0.1", 9470)
+    [t] = s.targets
+    assert (t.name, t.url, t.model) == ("local", "http://127.0.0.1:8080/v1", "any")
+    assert t.metrics_url is None
+    assert t.load is None
+    assert resolve_api_key(t) is None
+
+
+def test_minimal_config_with_metrics_and_load(tmp_path: Path) -> None:
+    [t] = load(tmp_path, WITH_METRICS_AND_LOAD).targets
+    assert t.metrics_url == "http://127.0.0.1:8080/metrics"
+    assert t.load is not None
+    assert (t.load.rate, t.load.max_in_flight, t.load.arrival) == (2.0, 64, "poisson")
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = load(tmp_path, TARGET)
+    [t] = s.targets
+    assert t.interval_seconds == 15.0
+    assert t.jitter_seconds == 1.0
+    assert t.api is Api.CHAT
+    assert (t.prompt_tokens, t.max_tokens, t.warmup, t.cache_bust) == (64, 16, 1, True)
+    assert (
+        t.timeouts.connect_seconds,
+        t.timeouts.first_token_seconds,
+        t.timeouts.idle_seconds,
+        t.timeouts.total_seconds,
+    ) == (5.0, 60.0, 30.0, 300.0)
+    assert (t.slo.ttft_seconds, t.slo.tpot_seconds, t.slo.e2e_seconds) == (2.0, 0.2, None)
+    assert t.tls.verify is True
+    assert (s.server.listen, s.server.port, s.server.grace_seconds) == ("0.0.0.0:9470", 9470, 10.0)
+    assert (s.logging.level, s.logging.format, s.logging.log_prompts) == ("info", "auto", False)
+    assert (s.shard.index, s.shard.count) == (0, 1)
+
+
+def test_ipv6_listen(tmp_path: Path) -> None:
+    s = load(tmp_path, 'server:\n  listen: "[::1]:9470"\n' + TARGET)
+    assert (s.server.host, s.server.port) == ("::1", 9470)
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPROBER_SERVER__LISTEN", "0.0.0.0:9999")
+    s = load(tmp_path, MINIMAL)
+    assert s.server.listen == "0.0.0.0:9999"
+    assert s.targets[0].name == "local"  # the rest still comes from the file
+
+
+def test_environment_value_is_validated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPROBER_SERVER__LISTEN", "nope")
+    assert problems(tmp_path, MINIMAL) == ["server.listen: must be HOST:PORT, got 'nope'"]
+
+
+def test_environment_alone_without_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "LLMPROBER_TARGETS", '[{"name": "env", "url": "http://h:1/v1", "model": "m"}]'
+    )
+    s = load_settings(None)
+    assert [t.name for t in s.targets] == ["env"]
+
+
+def test_api_key_from_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPROBER_TEST_KEY", " sk-env \n")
+    key = tmp_path / "key"
+    key.write_text("sk-file\n")
+    text = TARGET + "    api_key_env: LLMPROBER_TEST_KEY\n"
+    text += f"  - name: b\n    url: http://y/v1\n    model: m\n    api_key_file: {key}\n"
+    a, b = load(tmp_path, text).targets
+    assert resolve_api_key(a) == "sk-env"
+    assert resolve_api_key(b) == "sk-file"
+    assert "sk-" not in repr(load(tmp_path, text))  # the secret is never stored in Settings
