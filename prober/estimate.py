@@ -9,7 +9,7 @@ Waiting requests, in order of preference:
 1. The prober's own background load is the traffic: of its requests in flight, those beyond
    the engine's parallel slots wait, and no request that already has its first token waits:
    `waiting = min(awaiting_first_token, max(0, in_flight − slots))`, with `slots` learned as
-   the most of our requests ever seen decoding at once.
+   the most requests seen holding a slot at once (`SlotOccupancy`), never configured.
 2. Otherwise Little's law on the queue: `L_q = λ · W_q`, with λ the drain rate at saturation
    (a queue only exists when every slot is busy, so it drains at capacity μ): the server's
    completion counter where scraped, else the completion rate the prober itself observes.
@@ -29,9 +29,8 @@ from prober.result import RequestResult
 
 _ENVELOPE_BINS = 24  # log2 bins of prompt length: 1 .. 16M tokens
 _WINDOW_SECONDS = 30.0
-# A request whose first token came within this much of its prefill did not queue.
-_NO_WAIT_SECONDS = 0.02
-_NO_WAIT_FRACTION = 0.25
+# Slot handoffs between consecutive requests are not overlaps.
+_HANDOFF_MARGIN_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +41,10 @@ class Estimate:
 
 
 class OwnLoad:
-    """Live counts the load driver keeps for its in-flight requests, and the slots they reveal.
+    """Live counts the load driver keeps for its in-flight requests.
 
-    `slots` is a lower bound on the engine's parallel slots, raised by two observations: the
-    number of our requests seen decoding at once, and the number in flight when a request was
-    sent that then waited for no slot (it found one free, so at least that many exist). The
-    second needs the server's own prefill time, to tell a queue wait from a slow prefill.
+    `slots` is a lower bound on the engine's parallel slots: the most of our requests seen
+    decoding at once, raised further by the estimator's `SlotOccupancy`.
     """
 
     __slots__ = ("awaiting_first_token", "slots", "total")
@@ -57,31 +54,47 @@ class OwnLoad:
         self.awaiting_first_token = 0
         self.slots = 0
 
-    def sent(self) -> int:
-        """Count a request going out; return how many are in flight with it."""
+    def sent(self) -> None:
         self.total += 1
         self.awaiting_first_token += 1
-        return self.total
 
     def first_token(self) -> None:
         self.awaiting_first_token -= 1
         self.slots = max(self.slots, self.total - self.awaiting_first_token)
 
-    def finished(
-        self, result: RequestResult | None, in_flight_at_send: int, *, had_first_token: bool
-    ) -> None:
+    def finished(self, *, had_first_token: bool) -> None:
         self.total -= 1
         if not had_first_token:
             self.awaiting_first_token -= 1
-            return
-        if result is None or result.t_first_token_ns is None:
-            return
-        prefill = result.server_prefill_seconds
-        if prefill is None:
-            return
-        wait = (result.t_first_token_ns - result.t_send_ns) / 1e9 - prefill
-        if wait < max(_NO_WAIT_SECONDS, _NO_WAIT_FRACTION * prefill):
-            self.slots = max(self.slots, in_flight_at_send)
+
+
+class SlotOccupancy:
+    """The most requests seen holding an engine slot at once.
+
+    A finished request held its slot from `first token − prefill` (prefill: the server's own
+    figure, else the envelope baseline) until its end. Whenever a queue existed, every slot was
+    held, so the peak overlap of these intervals reaches the slot count. Intervals are shrunk by
+    a small margin at both ends, so a slot handed from one request to the next is not counted
+    twice.
+    """
+
+    def __init__(self, keep: int = 256) -> None:
+        self._intervals: deque[list[float]] = deque(maxlen=keep)  # [start, end, overlap at start]
+        self.peak = 0
+
+    def add(self, start: float, end: float) -> int:
+        margin = min(_HANDOFF_MARGIN_SECONDS, 0.1 * (end - start))
+        count = 1
+        for interval in self._intervals:
+            other_start, other_end = interval[0], interval[1]
+            if other_start + margin <= start < other_end - margin:
+                count += 1
+            if start + margin <= other_start < end - margin:
+                interval[2] += 1
+                self.peak = max(self.peak, int(interval[2]))
+        self._intervals.append([start, end, float(count)])
+        self.peak = max(self.peak, count)
+        return self.peak
 
 
 class PrefillBaseline:
@@ -123,6 +136,7 @@ class QueueEstimator:
         self._window = window_seconds
         self._clock = clock
         self._baseline = PrefillBaseline()
+        self._occupancy = SlotOccupancy()
         # (finish time, queue wait, decode seconds) of recent successful requests.
         self._recent: deque[tuple[float, float, float]] = deque()
         self.own_load: OwnLoad | None = None
@@ -142,6 +156,10 @@ class QueueEstimator:
         if result.ok and result.t_last_token_ns is not None:
             decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
             self._recent.append((self._clock(), wait, decode))
+            slot_start = result.t_first_token_ns / 1e9 - prefill
+            peak = self._occupancy.add(slot_start, result.t_end_ns / 1e9)
+            if self.own_load is not None:
+                self.own_load.slots = max(self.own_load.slots, peak)
         return wait
 
     def estimate(self) -> Estimate:

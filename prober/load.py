@@ -102,7 +102,7 @@ class LoadDriver:
             self._rng, cfg.max_tokens or target.config.max_tokens, cfg.max_tokens_spread
         )
         own = self.in_flight
-        at_send = own.sent()
+        own.sent()
         self.sent += 1
         self._gauge(1)
         first_token_seen = False
@@ -127,7 +127,7 @@ class LoadDriver:
             result = RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error="load stopped")
             raise
         finally:
-            own.finished(result, at_send, had_first_token=first_token_seen)
+            own.finished(had_first_token=first_token_seen)
             self._gauge(-1)
             if result is not None:
                 self._record(result)
