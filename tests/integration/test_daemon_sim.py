@@ -186,3 +186,56 @@ async def test_shutdown_counts_in_flight_probe_as_cancelled() -> None:
         {"target": "stuck", "model": "sim", "mode": "probe", "outcome": "cancelled"},
     )
     assert cancelled == 1.0
+
+
+async def test_probe_endpoint_runs_one_probe_in_a_fresh_registry() -> None:
+    async with simulator() as sim:
+        target = {"name": "sim", "url": f"{sim}/v1", "model": "sim", "interval_seconds": 3600}
+        async with daemon({"targets": [target]}) as (url, _app), aiohttp.ClientSession() as s:
+            async with s.get(f"{url}/probe", params={"target": "sim"}) as resp:
+                assert resp.status == 200
+                text = await resp.text()
+            for bad in ("http://169.254.169.254/latest", "nope", ""):
+                async with s.get(f"{url}/probe", params={"target": bad}) as resp:
+                    assert resp.status == 400
+                    assert "unknown target" in await resp.text()
+    assert (
+        'llmprober_requests_total{mode="probe",model="sim",outcome="ok",target="sim"} 1.0' in text
+    )
+    assert "llmprober_ttft_seconds_count" in text
+    assert 'mode="load"' not in text
+
+
+async def test_overload_keeps_in_flight_at_the_cap_and_counts_drops() -> None:
+    """A target far slower than its load: in-flight stays at the cap, probes keep coming."""
+    async with simulator(slots=1, decode_step_seconds=0.2) as sim:
+        target = {
+            "name": "slow", "url": f"{sim}/v1", "model": "sim", "interval_seconds": 1,
+            "jitter_seconds": 0, "warmup": 0, "max_tokens": 4,
+            "load": {"rate": 30.0, "max_in_flight": 5, "max_tokens": 8, "seed": 3},
+            "timeouts": {"first_token_seconds": 30, "total_seconds": 60},
+        }  # fmt: skip
+        async with daemon({"targets": [target]}) as (url, _app):
+            peaks = []
+            for _ in range(12):
+                await asyncio.sleep(0.25)
+                peaks.append(value(await scrape(url), "llmprober_load_in_flight", target="slow"))
+            samples = await scrape(url)
+    assert max(peaks) == 5
+    assert value(samples, "llmprober_load_dropped_total", target="slow") > 20
+    # The periodic probe is still scheduled and recorded (it queues behind the load).
+    assert value(samples, "llmprober_last_probe_timestamp_seconds", target="slow") > 0
+
+
+async def test_ollama_native_api_against_the_simulator() -> None:
+    async with simulator(reasoning_tokens=3) as sim, client_session() as session:
+        spec = RequestSpec(sim, Api.OLLAMA, "sim", "hello " * 20, 10)
+        result = await stream_request(session, spec, time.perf_counter_ns())
+    assert result.outcome is Outcome.OK, result.error
+    assert result.output_tokens == 10
+    assert result.reasoning_tokens == 3
+    assert result.t_first_token_ns is not None
+    assert result.t_first_content_ns is not None
+    assert result.t_first_content_ns > result.t_first_token_ns
+    assert result.server_prefill_seconds is not None
+    assert result.server_decode_per_token_seconds is not None
