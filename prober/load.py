@@ -59,13 +59,30 @@ class LoadDriver:
         if self._metrics is not None:
             labels = self._target.labels
             self._metrics.load_target_rate.labels(labels.target, labels.model).set(self.rate)
-        self._runner = asyncio.create_task(self._run(), name=f"load:{self._target.name}")
+        if self.rate > 0:
+            self._runner = asyncio.create_task(self._run(), name=f"load:{self._target.name}")
 
-    async def stop(self, grace_seconds: float) -> None:
-        """Stop arrivals; give in-flight requests `grace_seconds`, then cancel them."""
+    async def set_rate(self, rate: float) -> None:
+        """Continue at `rate` arrivals/s on a fresh schedule (0 pauses); in-flight requests go on.
+
+        One driver can step through load levels (bench, experiments) while the estimator keeps
+        what it has learned about the engine.
+        """
+        if rate < 0:
+            raise ValueError(f"rate must not be negative, got {rate}")
+        await self._halt_arrivals()
+        self.rate = rate
+        self.start()
+
+    async def _halt_arrivals(self) -> None:
         if self._runner is not None:
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
+            self._runner = None
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Stop arrivals; give in-flight requests `grace_seconds`, then cancel them."""
+        await self._halt_arrivals()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=grace_seconds)
         for task in list(self._tasks):

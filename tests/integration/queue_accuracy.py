@@ -1,8 +1,8 @@
 """The queue-depth acceptance experiment, shared by the simulator and real-engine tests.
 
 Measure the engine's capacity (closed loop, twice as many workers as slots), then drive it
-with the daemon's own background load at fractions of that capacity. At every level sample
-the daemon's `llmprober_queue_depth{source="estimate",state="waiting"}` and the engine's own
+with one daemon's own background load at fractions of that capacity, level after level. At
+every level sample the daemon's `llmprober_queue_depth{source="estimate",state="waiting"}` and the engine's own
 waiting count side by side, and report mean true depth, mean estimate and mean absolute error.
 """
 
@@ -17,7 +17,7 @@ import aiohttp
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
 from prober.servers import parse_metrics
-from prober.web import client_session
+from prober.web import LOADS, client_session
 from tests.integration.daemon import daemon, scrape, value
 
 
@@ -75,30 +75,48 @@ async def _drain(metrics_url: str, timeout: float) -> None:
     raise AssertionError("engine did not drain between levels")
 
 
-async def run_level(
-    base: str, rate: float, seconds: float, *, prompt_tokens: int, max_tokens: int,
+async def run_levels(
+    base: str, rates: list[float], seconds: float, *, prompt_tokens: int, max_tokens: int,
     warmup_seconds: float, sample_every: float = 0.5, extra_body: dict[str, object] | None = None,
-) -> Level:  # fmt: skip
+) -> list[Level]:  # fmt: skip
+    """One daemon, as in production, stepping its background load through `rates`.
+
+    Between levels the load pauses and the engine drains, so each level starts empty.
+    """
     metrics_url = f"{base}/metrics"
     target = {
         "name": "engine", "url": f"{base}/v1", "model": "m", "interval_seconds": 3600,
         "warmup": 0, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
         "extra_body": extra_body or {},
-        "load": {"rate": rate, "max_in_flight": 500, "seed": 7},
+        "load": {"rate": rates[0], "max_in_flight": 500, "seed": 7},
         "timeouts": {"first_token_seconds": 600, "total_seconds": 900},
     }  # fmt: skip
-    pairs: list[tuple[float, float]] = []
     config = {"server": {"listen": "127.0.0.1:0", "grace_seconds": 0.1}, "targets": [target]}
-    async with daemon(config) as (url, _app), aiohttp.ClientSession() as session:
-        await asyncio.sleep(warmup_seconds)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            samples = await scrape(url)
-            estimate = value(samples, "llmprober_queue_depth", source="estimate", state="waiting")
-            true_waiting, _ = await _truth(session, metrics_url)
-            pairs.append((true_waiting, estimate))
-            await asyncio.sleep(sample_every)
-    await _drain(metrics_url, timeout=300)
+    levels = []
+    async with daemon(config) as (url, app), aiohttp.ClientSession() as session:
+        [driver] = app[LOADS]
+        for rate in rates:
+            await driver.set_rate(rate)
+            await asyncio.sleep(warmup_seconds)
+            pairs: list[tuple[float, float]] = []
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                # The truth first: llama-server computes /metrics in its own loop, when it gets
+                # to it, so its figure describes the moment it answers; read the estimate then.
+                true_waiting, _ = await _truth(session, metrics_url)
+                samples = await scrape(url)
+                estimate = value(
+                    samples, "llmprober_queue_depth", source="estimate", state="waiting"
+                )
+                pairs.append((true_waiting, estimate))
+                await asyncio.sleep(sample_every)
+            await driver.set_rate(0)
+            await _drain(metrics_url, timeout=300)
+            levels.append(_level(rate, pairs))
+    return levels
+
+
+def _level(rate: float, pairs: list[tuple[float, float]]) -> Level:
     n = len(pairs)
     return Level(
         rate=rate,

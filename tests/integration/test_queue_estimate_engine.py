@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.engine import llama_server_fixture
-from tests.integration.queue_accuracy import measure_capacity, run_level, table
+from tests.integration.queue_accuracy import measure_capacity, run_levels, table
 
 pytestmark = pytest.mark.engine
 engine = llama_server_fixture(4)
@@ -26,13 +26,11 @@ async def test_waiting_estimate_tracks_llama_server(engine: str) -> None:
         engine, workers=8, seconds=25, prompt="hello " * 40, max_tokens=MAX_TOKENS,
         extra_body=FIXED_LENGTH,
     )  # fmt: skip
-    levels = []
-    for factor in FACTORS:
-        level = await run_level(
-            engine, capacity * factor, seconds=30, prompt_tokens=PROMPT_TOKENS,
-            max_tokens=MAX_TOKENS, warmup_seconds=2.0, extra_body=FIXED_LENGTH,
-        )  # fmt: skip
-        levels.append(level)
-        print("\n" + table(capacity, levels), flush=True)
+    levels = await run_levels(
+        engine, [capacity * factor for factor in FACTORS], seconds=30,
+        prompt_tokens=PROMPT_TOKENS, max_tokens=MAX_TOKENS, warmup_seconds=2.0,
+        extra_body=FIXED_LENGTH,
+    )  # fmt: skip
+    print("\n" + table(capacity, levels), flush=True)
     for level in levels:
         assert level.mae <= level.bound, table(capacity, levels)

@@ -7,7 +7,7 @@ estimate is at most max(1 request, 20 % of the mean true depth).
 from __future__ import annotations
 
 from tests.integration.daemon import simulator
-from tests.integration.queue_accuracy import measure_capacity, run_level, table
+from tests.integration.queue_accuracy import measure_capacity, run_levels, table
 
 FACTORS = (0.2, 0.6, 1.0, 1.5)
 
@@ -17,18 +17,10 @@ async def test_waiting_estimate_tracks_simulator_truth() -> None:
         capacity = await measure_capacity(
             sim, workers=8, seconds=5, prompt="hello " * 30, max_tokens=16
         )
-        levels = []
-        for factor in FACTORS:
-            levels.append(
-                await run_level(
-                    sim,
-                    capacity * factor,
-                    seconds=12,
-                    prompt_tokens=48,
-                    max_tokens=16,
-                    warmup_seconds=1.0,
-                )
-            )
+        rates = [capacity * factor for factor in FACTORS]
+        levels = await run_levels(
+            sim, rates, seconds=12, prompt_tokens=48, max_tokens=16, warmup_seconds=1.0
+        )
     print("\n" + table(capacity, levels))
     for level in levels:
         assert level.mae <= level.bound, table(capacity, levels)

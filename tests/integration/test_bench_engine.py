@@ -1,0 +1,213 @@
+"""`llm-prober bench` against a real llama-server (gemma-3-270m on CPU): the five experiments.
+
+Sized for 2 shared cores (the whole file runs in 1-2 minutes when the machine is quiet):
+short answers, a handful of requests per level, `--ignore-eos` so every answer has exactly
+`--output-len` tokens. Other work on the machine can starve the engine for seconds at a time;
+such a stall is visible in the report itself (a long gap between two tokens, a prefill far
+slower than the engine's, a client that did not hold its concurrency), and an experiment
+that saw one is measured again, up to ATTEMPTS times. The assertions are then judged on the
+first clean attempt (or the last one), with margins stated in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prober.bench import add_bench_parser, run_bench
+from tests.integration.engine import llama_server_fixture
+
+pytestmark = pytest.mark.engine
+
+one_slot = llama_server_fixture(1)
+four_slots = llama_server_fixture(4)
+
+
+def bench(base: str, tmp_path: Path, *argv: str) -> dict[str, Any]:
+    """Run `llm-prober bench` against `base`; return its JSON report."""
+    parser = argparse.ArgumentParser(prog="llm-prober")
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / f"bench-{time.perf_counter_ns()}.json"
+    argv = ("--url", base + "/v1", "--model", "gemma", "--seed", "7", "--ignore-eos",
+            "--no-progress", "--out", str(out), *argv)  # fmt: skip
+    args = parser.parse_args(["bench", *argv])
+    assert run_bench(args) == 0
+    doc: dict[str, Any] = json.loads(out.read_text())
+    for level in doc["levels"]:
+        assert level["outcomes"] == {"ok": level["requests_total"]}, level["outcomes"]
+    return doc
+
+
+ATTEMPTS = 3
+STALL_GAP_SECONDS = 0.5  # a decode step here takes 10-40 ms
+STALL_PREFILL_TOKENS_PER_SECOND = 100.0  # the engine prefills at ~300 tok/s
+
+
+def stalls(doc: dict[str, Any]) -> list[str]:
+    """Signs in a report that something else on the machine starved the engine or client."""
+    found = []
+    for level in doc["levels"]:
+        name = f"c={level['concurrency']}" if "concurrency" in level else f"{level['rate']:g}/s"
+        for r in level["requests"]:
+            gap = max(r["itl_seconds"], default=0.0)
+            prefill = r["server_prefill_seconds"] or 0.0
+            if gap > STALL_GAP_SECONDS:
+                found.append(f"{name}: {gap:.2f}s between two tokens")
+            if prefill > 0.5 + r["prompt_tokens"] / STALL_PREFILL_TOKENS_PER_SECOND:
+                found.append(f"{name}: {prefill:.2f}s to prefill {r['prompt_tokens']} tokens")
+            if level.get("concurrency") == 1 and r["ttft_seconds"] - prefill > 0.5:
+                found.append(f"{name}: {r['ttft_seconds'] - prefill:.2f}s lost outside prefill")
+        held = level["littles_law"]["arrival_window"]["mean_in_flight"]
+        if "concurrency" in level and held is not None and held < 0.9 * level["concurrency"]:
+            found.append(f"{name}: client held only {held:.2f} in flight")
+    return found
+
+
+def clean(run: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """`run()` again while its reports show a stall, at most ATTEMPTS times in all."""
+    for attempt in range(1, ATTEMPTS + 1):
+        docs = run()
+        found = [s for doc in docs for s in stalls(doc)]
+        if not found:
+            return docs
+        print(f"\nattempt {attempt}: the machine stalled the run ({'; '.join(found[:3])})")
+    return docs
+
+
+def fig(level: dict[str, Any], *path: str) -> float:
+    node: Any = level
+    for key in path:
+        node = node[key]
+    return float(node)
+
+
+def row(level: dict[str, Any]) -> str:
+    name = f"c={level['concurrency']}" if "concurrency" in level else f"{level['rate']:g}/s"
+    little = level["littles_law"]
+    return (
+        f"{name:>8} TTFT p50 {fig(level, 'ttft_seconds', 'p50'):.3f} "
+        f"p99 {fig(level, 'ttft_seconds', 'p99'):.3f}  TPOT p50 "
+        f"{fig(level, 'tpot_seconds', 'p50') * 1000:.1f} ms  {fig(level, 'request_throughput'):.2f}"
+        f" req/s  L {little['mean_in_flight']:.2f}  λW {little['lambda_times_w']:.2f}  "
+        f"held {little['arrival_window']['mean_in_flight']:.2f}  "
+        f"growth {little['arrival_window']['growth']:.2f}"
+    )
+
+
+def test_ttft_linear_in_prompt_length_tpot_flat(one_slot: str, tmp_path: Path) -> None:
+    lens = (32, 192, 512)
+    docs = clean(lambda: [bench(one_slot, tmp_path, "--concurrency", "1", "--num-requests", "3",
+                                "--warmup", "1", "--input-len", str(n), "--output-len", "8")
+                          for n in lens])  # fmt: skip
+    levels = [d["levels"][0] for d in docs]
+    ttft = [fig(lvl, "ttft_seconds", "p50") for lvl in levels]
+    tpot = [fig(lvl, "tpot_seconds", "p50") for lvl in levels]
+    prompts = [fig(lvl, "prompt_tokens_mean") for lvl in levels]
+    slopes = [(ttft[i] - ttft[i - 1]) / (prompts[i] - prompts[i - 1]) for i in (1, 2)]
+    print("\nllama-server -np 1, c=1: prompt tokens -> TTFT p50 / TPOT p50")
+    for n, t, p in zip(prompts, ttft, tpot, strict=True):
+        print(f"  {n:6.0f} tok  TTFT {t:.3f}s  TPOT {p * 1000:.1f} ms")
+    print(f"  prefill slopes {[f'{1 / s:.0f} tok/s' for s in slopes]}")
+    # Calibration lands within 10 % of the requested length (32 has a template floor).
+    assert all(abs(p / n - 1) < 0.1 for p, n in zip(prompts[1:], lens[1:], strict=True))
+    # Linear: the slope over 192 -> 512 is within a factor 2 of the slope over 32 -> 192
+    # (on a quiet machine within 15 %).
+    assert 0.5 < slopes[1] / slopes[0] < 2.0
+    assert ttft[2] > 5 * ttft[0]
+    # Decode barely notices the prompt: TPOT p50 within 1.5x across a 15x longer prompt.
+    assert max(tpot) / min(tpot) < 1.5
+
+
+CLOSED = ("--num-requests", "8", "--input-len", "32", "--output-len", "24", "--warmup", "1")
+
+
+@pytest.fixture(scope="module")
+def sweep_one_slot(one_slot: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("np1")
+    return clean(lambda: [bench(one_slot, tmp, "--concurrency", "1,2,4", *CLOSED)])[0]
+
+
+@pytest.fixture(scope="module")
+def sweep_four_slots(four_slots: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("np4")
+    return clean(lambda: [bench(four_slots, tmp, "--concurrency", "1,4", *CLOSED)])[0]
+
+
+def test_slots_bound_throughput(
+    sweep_one_slot: dict[str, Any], sweep_four_slots: dict[str, Any]
+) -> None:
+    for name, doc in (("-np 1", sweep_one_slot), ("-np 4", sweep_four_slots)):
+        print(f"\nllama-server {name}, closed loop:")
+        for level in doc["levels"]:
+            print("  " + row(level))
+    one, four = sweep_one_slot["levels"], sweep_four_slots["levels"]
+    thr1 = [fig(lvl, "request_throughput") for lvl in one]
+    # One slot: c=4 gets no more than c=1 (quiet machine: within 5 %; allowed 25 %) ...
+    assert thr1[2] < 1.25 * thr1[0]
+    # ... and queues: at c=4 a request waits for ~3 others (median > 3x the c=1 TTFT).
+    assert fig(one[2], "ttft_seconds", "p50") > 3 * fig(one[0], "ttft_seconds", "p50")
+    # Four slots: batching 4 streams buys throughput (quiet machine: about 1.4x; on 2 CPU
+    # cores a 4-sequence decode step costs ~3x a single one).
+    assert fig(four[1], "request_throughput") > 1.15 * fig(four[0], "request_throughput")
+
+
+def test_littles_law_closed_loop(
+    sweep_one_slot: dict[str, Any], sweep_four_slots: dict[str, Any]
+) -> None:
+    for doc in (sweep_one_slot, sweep_four_slots):
+        for level in doc["levels"]:
+            little = level["littles_law"]
+            # L = λW within 10 % over the level (every request succeeded).
+            assert little["ratio"] == pytest.approx(1.0, rel=0.1)
+            # The client held C requests in flight while it was sending (within 10 %).
+            held = little["arrival_window"]["mean_in_flight"]
+            assert held == pytest.approx(level["concurrency"], rel=0.1)
+
+
+def test_open_loop_reveals_overload_closed_loop_hides_it(one_slot: str, tmp_path: Path) -> None:
+    shape = ("--input-len", "32", "--output-len", "8", "--warmup", "1")
+
+    def run() -> list[dict[str, Any]]:
+        closed = bench(one_slot, tmp_path, "--concurrency", "1", "--num-requests", "8", *shape)
+        capacity = fig(closed["levels"][0], "request_throughput")
+        rates = ",".join(f"{capacity * k:.2f}" for k in (1.5, 2.0, 3.0))
+        opened = bench(one_slot, tmp_path, "--mode", "rate", "--levels", rates,
+                       "--num-requests", "12", *shape)  # fmt: skip
+        return [closed, opened]
+
+    closed, opened = clean(run)
+    capacity = fig(closed["levels"][0], "request_throughput")
+    print(f"\nllama-server -np 1: closed loop c=1 ({capacity:.2f} req/s), then open loop:")
+    for level in [*closed["levels"], *opened["levels"]]:
+        print("  " + row(level))
+    p99 = [fig(lvl, "ttft_seconds", "p99") for lvl in opened["levels"]]
+    # Above capacity the queue grows: TTFT p99 rises level over level (same seed, so each
+    # schedule is the previous one compressed; the expected gaps are ~30 % of the p99).
+    assert p99[0] < p99[1] < p99[2]
+    # The closed loop, at that same capacity, reports a tail several times smaller (> 3x).
+    assert fig(closed["levels"][0], "ttft_seconds", "p99") < p99[0] / 3
+    # And in-flight grows while requests arrive only in the open loop.
+    top = opened["levels"][-1]["littles_law"]["arrival_window"]["growth"]
+    flat = closed["levels"][0]["littles_law"]["arrival_window"]["growth"]
+    assert top > 1.3
+    assert flat == pytest.approx(1.0, abs=0.1)
+
+
+def test_prompt_cache_cuts_ttft(one_slot: str, tmp_path: Path) -> None:
+    args = ("--concurrency", "1", "--num-requests", "3", "--warmup", "1", "--input-len", "512",
+            "--output-len", "4")  # fmt: skip
+    docs = clean(lambda: [bench(one_slot, tmp_path, *args),
+                          bench(one_slot, tmp_path, *args, "--no-cache-bust")])  # fmt: skip
+    fresh, same = (doc["levels"][0] for doc in docs)
+    a, b = fig(fresh, "ttft_seconds", "p50"), fig(same, "ttft_seconds", "p50")
+    print(f"\nllama-server -np 1, 512-token prompt: fresh TTFT p50 {a:.3f}s, repeated {b:.3f}s "
+          f"({1 - b / a:.0%} less)")  # fmt: skip
+    # llama-server reuses the slot's KV for the common prefix: only the tail is prefilled.
+    # A quiet machine shows > 90 % less; asserted: at least half.
+    assert b < 0.5 * a
