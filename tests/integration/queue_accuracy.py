@@ -2,8 +2,9 @@
 
 Measure the engine's capacity (closed loop, twice as many workers as slots), then drive it
 with one daemon's own background load at fractions of that capacity, level after level. At
-every level sample the daemon's `llmprober_queue_depth{source="estimate",state="waiting"}` and the engine's own
-waiting count side by side, and report mean true depth, mean estimate and mean absolute error.
+every level sample the daemon's `llmprober_queue_depth{source="estimate",state="waiting"}`
+and the engine's own waiting count side by side, and report mean true depth, mean estimate
+and mean absolute error.
 """
 
 from __future__ import annotations
