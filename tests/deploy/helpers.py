@@ -1,0 +1,183 @@
+"""Helpers for the deployment-artifact tests: paths, the metric contract (DESIGN.md), YAML
+loading and the lookup of external tools (promtool/prometheus, hadolint, kubernetes-validate).
+
+A missing tool skips its tests on a developer machine and fails them when `CI` is set, so
+that CI can never pass by not running a check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+RULES_DIR = DEPLOY / "prometheus" / "rules"
+PROM_TESTS_DIR = DEPLOY / "prometheus" / "tests"
+K8S_DIR = DEPLOY / "kubernetes"
+GRAFANA_DIR = ROOT / "grafana"
+DASHBOARDS_DIR = GRAFANA_DIR / "dashboards"
+SCHEMAS_DIR = Path(__file__).parent / "schemas"
+
+# --- the metric contract (DESIGN.md, binding) ------------------------------------------------
+HISTOGRAMS = {
+    "llmprober_ttft_seconds",
+    "llmprober_ttfo_seconds",
+    "llmprober_tpot_seconds",
+    "llmprober_itl_seconds",
+    "llmprober_e2e_seconds",
+    "llmprober_dispatch_lag_seconds",
+    "llmprober_queue_wait_seconds",
+    "llmprober_server_prefill_seconds",
+    "llmprober_server_decode_per_token_seconds",
+}
+COUNTERS = {
+    "llmprober_requests_total",
+    "llmprober_requests_good_total",
+    "llmprober_tokens_total",
+    "llmprober_load_dropped_total",
+    "llmprober_server_scrape_errors_total",
+}
+GAUGES = {
+    "llmprober_probe_success",
+    "llmprober_last_probe_timestamp_seconds",
+    "llmprober_probe_interval_seconds",
+    "llmprober_slo_ttft_seconds",
+    "llmprober_slo_tpot_seconds",
+    "llmprober_slo_e2e_seconds",
+    "llmprober_load_in_flight",
+    "llmprober_load_target_rate",
+    "llmprober_queue_depth",
+    "llmprober_server_kv_cache_usage_ratio",
+}
+EXPORTED_SERIES = (
+    COUNTERS
+    | GAUGES
+    | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
+)
+OUTCOMES = {
+    "ok",
+    "timeout_connect",
+    "timeout_first_token",
+    "timeout_total",
+    "stalled",
+    "connect_error",
+    "http_429",
+    "http_4xx",
+    "http_5xx",
+    "protocol_error",
+    "cancelled",
+}
+
+METRIC_RE = re.compile(r"\bllmprober_[a-z0-9_]+\b")
+RECORDED_RE = re.compile(r"\bllmprober:[a-z0-9_]+:[a-z0-9_]+\b")
+
+
+# --- files -----------------------------------------------------------------------------------
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = []
+    for path in sorted(RULES_DIR.glob("*.yml")):
+        groups.extend(load_yaml(path)["groups"])
+    return groups
+
+
+def all_rules() -> list[dict[str, Any]]:
+    return [rule for group in rule_groups() for rule in group["rules"]]
+
+
+def recording_rules() -> dict[str, str]:
+    return {r["record"]: r["expr"] for r in all_rules() if "record" in r}
+
+
+def alert_rules() -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for r in all_rules() if "alert" in r}
+
+
+def k8s_manifest_files() -> list[Path]:
+    """Every Kubernetes manifest (kustomizations are build inputs, not resources)."""
+    return sorted(p for p in K8S_DIR.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def k8s_objects() -> Iterator[tuple[Path, dict[str, Any]]]:
+    for path in k8s_manifest_files():
+        for doc in load_yaml_docs(path):
+            yield path, doc
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(METRIC_RE.findall(expr))
+
+
+def recorded_names(expr: str) -> set[str]:
+    return set(RECORDED_RE.findall(expr))
+
+
+# --- tools -----------------------------------------------------------------------------------
+def missing_tool(reason: str) -> None:
+    """Fail under CI (a check must not silently vanish), skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(f"required tool missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+def run(
+    cmd: list[str | Path], timeout: float = 120, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(c) for c in cmd],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+        **kwargs,
+    )
+
+
+def venv_tool(name: str) -> Path | None:
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return local
+    found = shutil.which(name)
+    return Path(found) if found else None
+
+
+def prometheus_bin_dir() -> Path | None:
+    env = os.environ.get("PROMETHEUS_BIN")
+    if env:
+        return Path(env)
+    script = ROOT / "scripts" / "setup-prometheus.sh"
+    if not script.exists():
+        return None
+    try:
+        out = run(["bash", script], timeout=300)
+    except subprocess.TimeoutExpired:
+        return None
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("PROMETHEUS_BIN="):
+            return Path(line.split("=", 1)[1].strip())
+    return None
+
+
+def dashboard_exprs(name: str) -> list[str]:
+    """Every panel query of a dashboard in grafana/dashboards/."""
+    dashboard = json.loads((DASHBOARDS_DIR / name).read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
