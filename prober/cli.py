@@ -1,4 +1,4 @@
-"""`llm-prober` command line: run | probe | check-config | sim | demo (and bench).
+"""`llm-prober` command line: run | probe | check-config | sim | demo | bench.
 
 Settings are built here once and passed down. This is the one catch-all of the program:
 a bad input prints one clear line and exits 2; nothing else escapes as a traceback.
@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from prober import __version__, timings
-from prober.logs import get_logger, setup_logging
+from prober.logs import get_logger, redact, register_secret, setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.result import RequestResult
 from prober.settings import ConfigError, load_settings
@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=9470, help="daemon port")
     demo.add_argument("--sim-port", type=int, default=8000)
     demo.add_argument("--load-rate", type=float, default=2.0, help="background requests/s")
+
+    from prober.bench import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -110,22 +114,31 @@ def _dispatch(args: argparse.Namespace) -> int:
         from prober.demo import run_demo
 
         return run_demo(args.port, args.sim_port, args.load_rate)
+    if command == "bench":
+        from prober.bench import run_bench
+
+        return run_bench(args)
     raise AssertionError(f"unhandled command {command}")
 
 
 def run_daemon(config: Path | None) -> int:
-    from prober.web import build_app
+    from prober.web import WEB_CONFIG, build_app
 
     settings = load_settings(config)
     setup_logging(settings.logging.format, settings.logging.level)
     log = get_logger("prober")
     server = settings.server
     app = build_app(settings)
-    log.info("starting", version=__version__, listen=server.listen, targets=len(settings.targets))
+    web_config = app[WEB_CONFIG]
+    log.info(
+        "starting", version=__version__, listen=server.listen, targets=len(settings.targets),
+        tls=web_config.tls, basic_auth=bool(web_config.users),
+    )  # fmt: skip
     web.run_app(
         app,
         host=server.host,
         port=server.port,
+        ssl_context=web_config.ssl_context(),
         print=None,
         access_log=None,
         shutdown_timeout=server.grace_seconds,
@@ -159,6 +172,7 @@ async def _probe(args: argparse.Namespace) -> int:
         key = os.environ.get(args.api_key_env)
         if not key:
             raise ConfigError([f"--api-key-env: environment variable {args.api_key_env} is unset"])
+        register_secret(key.strip())
         headers["Authorization"] = f"Bearer {key.strip()}"
     prompt, _ = PromptBuilder().build(args.prompt_tokens)
     spec = RequestSpec(
@@ -186,7 +200,7 @@ def result_summary(r: RequestResult) -> dict[str, Any]:
     """The probe's JSON shape (keys are a public contract)."""
     return {
         "outcome": r.outcome.value,
-        "error": r.error,
+        "error": redact(r.error),  # a server may echo the API key in its error body
         "http_status": r.http_status,
         "request_id": r.request_id,
         "ttft_seconds": timings.ttft(r),

@@ -20,6 +20,7 @@ from prober.arrivals import arrival_offsets
 from prober.estimate import OwnLoad
 from prober.logs import get_logger
 from prober.metrics import Metrics
+from prober.prompts import PromptBuilder
 from prober.result import Outcome, RequestResult
 from prober.settings import LoadConfig
 from prober.targets import Target, spread
@@ -40,6 +41,7 @@ class LoadDriver:
         *,
         rate: float | None = None,
         on_result: LoadHook | None = None,
+        prompts: PromptBuilder | None = None,
     ) -> None:
         self._session = session
         self._target = target
@@ -48,7 +50,9 @@ class LoadDriver:
         self.rate = cfg.rate if rate is None else rate
         self._on_result = on_result
         self._rng = random.Random(cfg.seed)
-        self._prompts = type(target.prompts)(cache_bust=target.config.cache_bust, seed=cfg.seed)
+        # The seed fixes the arrival schedule and lengths, never the cache-busting prefixes: a
+        # restarted run must not resend prompts that the engine's prefix cache still holds.
+        self._prompts = prompts or PromptBuilder(cache_bust=target.config.cache_bust)
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self.in_flight = OwnLoad()

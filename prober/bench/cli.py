@@ -29,7 +29,7 @@ _VALUES: tuple[tuple[str, str, str], ...] = (
     ("--input-len", "TOKENS", "prompt length in tokens, calibrated (default 128)"),
     ("--output-len", "TOKENS", "max_tokens of every request (default 64)"),
     ("--warmup", "N", "unmeasured requests before each level (default 2)"),
-    ("--seed", "N", "seed of prompts and arrivals (default: random, recorded in the report)"),
+    ("--seed", "N", "seed of the arrivals (default: random, recorded in the report)"),
     ("--slo-ttft", "S", "goodput SLO on TTFT, seconds (default 2.0)"),
     ("--slo-tpot", "S", "goodput SLO on TPOT, seconds (default 0.2)"),
     ("--slo-e2e", "S", "goodput SLO on E2E, seconds (default none)"),
@@ -46,7 +46,9 @@ def add_bench_parser(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "bench",
         help="sweep concurrency or request rate; report latency, throughput, knee, capacity",
-        description=__doc__,
+        description="Sweep concurrency (closed loop) or request rate (open loop) against one "
+        "OpenAI-compatible server; report latency percentiles, throughput, goodput, a "
+        "Little's law check, the knee and the capacity (docs/bench.md).",
     )
     p.add_argument("--url", required=True, help="OpenAI base URL, e.g. http://host:8080/v1")
     p.add_argument("--model", required=True)

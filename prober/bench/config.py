@@ -160,16 +160,16 @@ def _check_levels(mode: Mode, levels: tuple[float, ...]) -> None:
     flag = "--concurrency" if mode is Mode.CONCURRENCY else "--levels"
     if not levels:
         raise ValueError(f"{flag}: give at least one level")
-    if list(levels) != sorted(set(levels)):
-        raise ValueError(f"{flag}: levels must be strictly increasing, got {list(levels)}")
     for value in levels:
         if mode is Mode.CONCURRENCY:
-            if value != int(value) or not 1 <= value <= MAX_CONCURRENCY:
+            if not math.isfinite(value) or value != int(value) or not 1 <= value <= MAX_CONCURRENCY:
                 raise ValueError(
                     f"{flag}: each must be an integer 1..{MAX_CONCURRENCY}, got {value}"
                 )
         elif not (math.isfinite(value) and 0 < value <= MAX_RATE):
             raise ValueError(f"{flag}: each rate must be in (0, {MAX_RATE:g}] req/s, got {value}")
+    if list(levels) != sorted(set(levels)):
+        raise ValueError(f"{flag}: levels must be strictly increasing, got {list(levels)}")
 
 
 def _at_least(flag: str, value: int, low: int) -> None:

@@ -46,14 +46,24 @@ def _mark_knee(ax: Axes, doc: dict[str, Any]) -> None:
 
 
 def _finish(
-    fig: Figure, ax: Axes, doc: dict[str, Any], title: str, ylabel: str, path: Path
+    fig: Figure,
+    ax: Axes,
+    doc: dict[str, Any],
+    title: str,
+    ylabel: str,
+    path: Path,
+    twin: Axes | None = None,
 ) -> Path:
     _mark_knee(ax, doc)
     ax.set_title(title)
     ax.set_xlabel(_axis_label(doc))
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if twin is not None:  # one legend for both axes, so neither hides the other
+        more_handles, more_labels = twin.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    ax.legend(handles, labels, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -78,8 +88,8 @@ def write_plots(doc: dict[str, Any], directory: Path) -> list[Path]:
     twin.plot(x, _series(levels, "output_token_throughput"), marker="^", color="tab:green",
               label="output tokens/s")  # fmt: skip
     twin.set_ylabel("output tokens/s")
-    twin.legend(loc="lower right")
-    paths.append(_finish(fig, ax, doc, "Throughput", "requests/s", directory / "throughput.png"))
+    path = directory / "throughput.png"
+    paths.append(_finish(fig, ax, doc, "Throughput", "requests/s", path, twin))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for q in ("p50", "p99"):

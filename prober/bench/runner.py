@@ -48,8 +48,8 @@ class RepeatedPrompt(PromptBuilder):
     nothing, so the text is fixed once the length has been learned.
     """
 
-    def __init__(self, seed: int | None = None) -> None:
-        super().__init__(cache_bust=False, seed=seed)
+    def __init__(self) -> None:
+        super().__init__(cache_bust=False)
         self._fixed: dict[int, tuple[str, int]] | None = None
 
     def freeze(self) -> None:
@@ -94,11 +94,9 @@ class BenchRunner:
     ) -> None:
         self.cfg = cfg
         self.target = Target.from_config(cfg.target_config())
-        self.prompts = (
-            PromptBuilder(cache_bust=True, seed=cfg.seed)
-            if cfg.cache_bust
-            else RepeatedPrompt(cfg.seed)
-        )
+        # Never seeded: a rerun with the same --seed must not send the prefixes the last run
+        # left in the server's prompt cache (llama-server keeps past prompts in RAM).
+        self.prompts = PromptBuilder(cache_bust=True) if cfg.cache_bust else RepeatedPrompt()
         self._on_result = on_result or (lambda _: None)
         self._on_phase = on_phase or (lambda *_: None)
 
@@ -140,11 +138,11 @@ class BenchRunner:
         if cfg.warmup:
             self._on_phase(level, "warmup", cfg.warmup)
             width = int(level.value) if level.mode is Mode.CONCURRENCY else 1
-            await self._closed(session, min(width, cfg.warmup), cfg.warmup, None, self._on_result)
+            await self._closed(session, min(width, cfg.warmup), cfg.warmup, None)
         self._on_phase(level, "measure", cfg.num_requests)
         if level.mode is Mode.CONCURRENCY:
             results = await self._closed(
-                session, int(level.value), cfg.num_requests, cfg.duration_seconds, self._on_result
+                session, int(level.value), cfg.num_requests, cfg.duration_seconds
             )
             run = LevelRun(level, results, cfg.warmup)
         else:
@@ -158,7 +156,6 @@ class BenchRunner:
         concurrency: int,
         count: int | None,
         duration: float | None,
-        on_result: OnResult | None,
     ) -> list[RequestResult]:
         """C workers; each sends its next request when its last one ends."""
         results: list[RequestResult] = []
@@ -176,8 +173,7 @@ class BenchRunner:
                     return
                 result = await self._send(session, time.perf_counter_ns())
                 results.append(result)
-                if on_result is not None:
-                    on_result(result)
+                self._on_result(result)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return results
@@ -209,10 +205,10 @@ class BenchRunner:
             max_tokens=cfg.output_len,
             seed=cfg.seed,
         )
-        driver = LoadDriver(session, self.target, load, None, on_result=record)
-        # Share the sweep's calibrated builder (LoadDriver otherwise starts a fresh one, whose
-        # first prompts would miss the requested length); see docs/bench.md.
-        driver._prompts = self.prompts
+        # The sweep's calibrated builder: the first open-loop prompts are already the right size.
+        driver = LoadDriver(
+            session, self.target, load, None, on_result=record, prompts=self.prompts
+        )
         started_ns = time.perf_counter_ns()
         driver.start()
         await self._arrivals_done(driver, level, started_ns)

@@ -154,7 +154,7 @@ def test_open_loop_reveals_overload_closed_loop_hides_it(tmp_path: Path) -> None
         closed = bench(base, tmp_path, "--concurrency", "1", "--num-requests", "8",
                        "--input-len", "64", "--output-len", "8")  # fmt: skip
         capacity = fig(closed["levels"][0], "request_throughput")
-        rates = [round(capacity * k, 2) for k in (1.5, 2.0, 3.0)]
+        rates = [round(capacity * k, 2) for k in (1.25, 2.0, 4.0)]
         levels = ",".join(map(str, rates))
         shape = ("--num-requests", "16", "--input-len", "64", "--output-len", "8")
         opened = bench(base, tmp_path, "--mode", "rate", "--levels", levels, *shape)

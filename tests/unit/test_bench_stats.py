@@ -1,0 +1,284 @@
+"""Bench maths and flags without a server: percentiles, Little's law, knee, capacity, the
+configuration's one-line errors, and the report's table. Stamps are plain integers (ns)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from prober.bench import add_bench_parser, config_from_args, run_bench
+from prober.bench.config import BenchConfig, Mode, parse_levels
+from prober.bench.report import print_summary, verdict_lines
+from prober.bench.stats import (
+    capacity,
+    distribution,
+    in_flight_area,
+    knee,
+    littles_law,
+    percentile,
+    summarize,
+)
+from prober.result import Outcome, RequestResult, TokenSource
+from prober.timings import Slo
+
+S = 1_000_000_000  # one second in ns
+SLO = Slo(ttft_seconds=1.0, tpot_seconds=0.1)
+
+
+def result(
+    send: float,
+    end: float,
+    *,
+    first: float | None = None,
+    tokens: int = 4,
+    outcome: Outcome = Outcome.OK,
+    sched: float | None = None,
+) -> RequestResult:
+    """A request sent at `send` s, first token at `first` (default send + 0.1), ending at `end`."""
+    t_first = send + 0.1 if first is None else first
+    events = tuple(int((t_first + i * (end - t_first) / max(tokens - 1, 1)) * S)
+                   for i in range(tokens))  # fmt: skip
+    ok = outcome is Outcome.OK
+    return RequestResult(
+        outcome=outcome,
+        t_sched_ns=int((send if sched is None else sched) * S),
+        t_send_ns=int(send * S),
+        t_end_ns=int(end * S),
+        t_first_token_ns=events[0] if ok else None,
+        t_first_content_ns=events[0] if ok else None,
+        t_last_token_ns=events[-1] if ok else None,
+        token_event_ns=events if ok else (),
+        output_tokens=tokens if ok else 0,
+        prompt_tokens=100,
+        token_source=TokenSource.USAGE,
+    )
+
+
+# --- percentiles --------------------------------------------------------------------------
+
+
+def test_percentile_interpolates_linearly() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(values, 0.0) == 1.0
+    assert percentile(values, 1.0) == 4.0
+    assert percentile(values, 0.5) == pytest.approx(2.5)
+    assert percentile(values, 0.99) == pytest.approx(3.97)
+    assert percentile([], 0.5) is None
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_distribution_keys_and_empty() -> None:
+    d = distribution([1.0, 2.0, 3.0])
+    assert d["p50"] == 2.0
+    assert d["mean"] == 2.0
+    assert d["count"] == 3
+    assert set(d) == {"p50", "p90", "p95", "p99", "mean", "min", "max", "count"}
+    assert distribution([])["p99"] is None
+
+
+# --- Little's law -------------------------------------------------------------------------
+
+
+def test_in_flight_area_clips_to_window() -> None:
+    rs = [result(0, 2), result(1, 3)]
+    assert in_flight_area(rs, 0, 3 * S) == pytest.approx(4.0)
+    assert in_flight_area(rs, 1 * S, 2 * S) == pytest.approx(2.0)
+
+
+def test_littles_law_closed_loop_two_workers() -> None:
+    # Two workers, each back to back: 0-1, 1-2, 2-3 and 0-1.5, 1.5-3.
+    rs = [result(0, 1), result(1, 2), result(2, 3), result(0, 1.5), result(1.5, 3)]
+    law = littles_law(rs)
+    assert law["window_seconds"] == pytest.approx(3.0)
+    assert law["mean_in_flight"] == pytest.approx(2.0)
+    assert law["throughput"] == pytest.approx(5 / 3)
+    assert law["mean_e2e_from_send_seconds"] == pytest.approx(6 / 5)
+    assert law["lambda_times_w"] == pytest.approx(2.0)
+    assert law["ratio"] == pytest.approx(1.0)
+    window = law["arrival_window"]  # [0, 2]: both workers busy throughout
+    assert window["mean_in_flight"] == pytest.approx(2.0)
+    assert window["growth"] == pytest.approx(1.0)
+
+
+def test_littles_law_failures_hold_the_server() -> None:
+    # A request that times out after 2 s occupies the server but never completes: L > λW.
+    rs = [result(0, 1), result(1, 2), result(0, 2, outcome=Outcome.TIMEOUT_TOTAL)]
+    law = littles_law(rs)
+    assert law["mean_in_flight"] == pytest.approx(2.0)
+    assert law["lambda_times_w"] == pytest.approx(1.0)
+    assert law["ratio"] == pytest.approx(2.0)
+
+
+def test_arrival_window_growth_shows_a_building_queue() -> None:
+    # One arrival a second, each staying longer than the last: the queue builds.
+    rs = [result(i, i + 1 + i, first=i + 0.5 + i) for i in range(6)]
+    window = littles_law(rs)["arrival_window"]
+    assert window["growth"] > 1.5
+
+
+# --- level summary ------------------------------------------------------------------------
+
+
+def test_summarize_counts_outcomes_goodput_and_throughput() -> None:
+    rs = [
+        result(0, 1),  # TTFT 0.1, TPOT 0.3: fails the 0.1 s TPOT SLO
+        result(0, 0.4),  # TTFT 0.1, TPOT 0.1: good
+        result(0, 0.5, first=0.2, sched=-1.0),  # TTFT from t_sched = 1.2 s: fails TTFT SLO
+        result(0, 2, outcome=Outcome.HTTP_5XX),
+    ]
+    s = summarize(rs, SLO)
+    assert s["requests_total"] == 4
+    assert s["requests_ok"] == 3
+    assert s["outcomes"] == {"ok": 3, "http_5xx": 1}
+    assert s["duration_seconds"] == pytest.approx(3.0)  # first t_sched -1 to last end 2
+    assert s["request_throughput"] == pytest.approx(1.0)
+    assert s["output_token_throughput"] == pytest.approx(4.0)
+    assert s["goodput"] == {"ratio": 0.25, "requests_per_second": pytest.approx(1 / 3)}
+    assert s["ttft_seconds"]["max"] == pytest.approx(1.2)
+    assert s["dispatch_lag_seconds"]["max"] == pytest.approx(1.0)
+    assert s["itl_seconds"]["count"] == 9
+    assert summarize([], SLO)["requests_total"] == 0
+
+
+# --- knee and capacity --------------------------------------------------------------------
+
+
+def level(c: int, ttft_p99: float, tokens_per_s: float, goodput: float) -> dict[str, Any]:
+    return {
+        "level": {"concurrency": c},
+        "ttft_seconds": {"p99": ttft_p99},
+        "output_token_throughput": tokens_per_s,
+        "request_throughput": tokens_per_s / 10,
+        "goodput": {"ratio": goodput, "requests_per_second": goodput * tokens_per_s / 10},
+        "littles_law": {"mean_e2e_from_send_seconds": 0.5 * c},
+    }
+
+
+def test_knee_is_first_level_with_doubled_tail_and_flat_throughput() -> None:
+    levels = [
+        level(1, 0.10, 100, 1.0),
+        level(2, 0.25, 180, 1.0),  # tail 2.5x but throughput +80 %: still scaling
+        level(4, 0.40, 190, 1.0),  # tail 4x, throughput +5.6 %: the knee
+        level(8, 1.00, 192, 0.5),
+    ]
+    k = knee(levels)
+    assert k["level"] == {"concurrency": 4}
+    assert k["last_scaling_level"] == {"concurrency": 2}
+    assert k["throughput_gain"] == pytest.approx(190 / 180 - 1)
+    assert k["baseline_ttft_p99_seconds"] == 0.10
+
+
+def test_no_knee_while_throughput_scales() -> None:
+    levels = [level(1, 0.1, 100, 1), level(2, 0.3, 200, 1), level(4, 0.9, 390, 1)]
+    assert knee(levels)["level"] is None
+    assert knee([])["level"] is None
+
+
+def test_capacity_is_last_level_of_unbroken_slo_run_and_sizes_slots() -> None:
+    levels = [
+        level(1, 0.1, 100, 1.0),
+        level(2, 0.2, 180, 0.95),
+        level(4, 0.4, 190, 0.80),  # misses 0.9
+        level(8, 0.4, 190, 0.95),  # a pass above a miss is not trusted
+    ]
+    cap = capacity(levels, 0.9, target_rate=10.0)
+    assert cap["level"] == {"concurrency": 2}
+    assert cap["mean_e2e_from_send_seconds"] == 1.0
+    assert cap["concurrency_needed"] == pytest.approx(10.0)
+    assert cap["slots_needed"] == 10
+    assert capacity(levels[2:3], 0.9, None)["level"] is None
+    assert "slots_needed" not in capacity(levels, 0.9, None)
+
+
+def test_verdict_lines_and_table_render() -> None:
+    rs = [result(0, 1), result(1, 2)]
+    lvl = {"concurrency": 1, "level": {"concurrency": 1}, **summarize(rs, SLO)}
+    doc = {
+        "config": {"model": "m", "url": "http://x/v1", "mode": "concurrency"},
+        "levels": [lvl],
+        "knee": knee([lvl]),
+        "capacity": capacity([lvl], 0.9, 4.0),
+    }
+    lines = verdict_lines(doc)
+    assert lines[0].startswith("knee: none found")
+    assert lines[1].startswith("capacity: no level meets the SLO")  # TPOT 0.3 > 0.1
+    buffer = io.StringIO()
+    print_summary(doc, Console(file=buffer, width=200))
+    assert "c=1" in buffer.getvalue()
+
+
+# --- configuration and flags --------------------------------------------------------------
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["bench", "--url", "http://127.0.0.1:1/v1", "--model", "m", *argv])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--concurrency", "0"), "--concurrency: each must be an integer 1..10000, got 0"),
+        (("--concurrency", "1,x"), "--concurrency: expected integers separated by commas"),
+        (("--concurrency", "4,2"), "--concurrency: levels must be strictly increasing"),
+        (("--mode", "rate", "--levels", "a,b"), "--levels: expected numbers separated by commas"),
+        (("--mode", "rate", "--levels", "1,-2"), "--levels: each rate must be in (0, 10000]"),
+        (
+            (
+                "--mode",
+                "rate",
+            ),
+            "--levels: required with --mode rate",
+        ),
+        (("--input-len", "-5"), "--input-len: must be at least 1, got -5"),
+        (("--output-len", "0"), "--output-len: must be at least 1, got 0"),
+        (("--warmup", "x"), "--warmup: expected an integer, got 'x'"),
+        (("--slo-ttft", "0"), "--slo-ttft: must be a number greater than 0"),
+        (("--num-requests", "4"), "--num-requests: 4 is below the largest concurrency 8"),
+        (("--duration", "5", "--num-requests", "9"), "--num-requests / --duration: give exactly"),
+        (("--capacity-goodput", "1.5"), "--capacity-goodput: must be in (0, 1]"),
+        (("--api-key-env", "LLMPROBER_TEST_SURELY_UNSET"), "--api-key-env: environment variable"),
+    ],
+)
+def test_bad_flags_one_line_exit_2(
+    argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_bench(parse(*argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("llm-prober bench: error: " + message)
+
+
+def test_bad_url_is_a_flag_error() -> None:
+    with pytest.raises(ValueError, match="--url: must be an http"):
+        BenchConfig(url="ftp://x", model="m")
+
+
+def test_flags_build_the_config() -> None:
+    cfg = config_from_args(parse("--mode", "rate", "--levels", "0.5,2", "--duration", "10",
+                                 "--ignore-eos", "--no-cache-bust", "--api", "completions",
+                                 "--seed", "3", "--target-rate", "7"))  # fmt: skip
+    assert cfg.mode is Mode.RATE
+    assert cfg.levels == (0.5, 2.0)
+    assert cfg.num_requests is None
+    assert cfg.duration_seconds == 10.0
+    assert cfg.target_config().extra_body == {"ignore_eos": True}
+    assert cfg.target_config().cache_bust is False
+    assert cfg.as_json()["api"] == "completions"
+    assert [lvl.key() for lvl in cfg.sweep] == [{"rate": 0.5}, {"rate": 2.0}]
+    default = config_from_args(parse())
+    assert default.levels == (1, 2, 4, 8)
+    assert default.num_requests == 32
+    assert default.warmup == 2
+    assert default.target_config().extra_body == {}
+
+
+def test_parse_levels() -> None:
+    assert parse_levels("--levels", "1, 2.5 ,4", integers=False) == (1.0, 2.5, 4.0)
+    with pytest.raises(ValueError, match="comma-separated"):
+        parse_levels("--levels", "1,,2", integers=False)
