@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import random
 import sys
 from pathlib import Path
@@ -130,6 +131,12 @@ def run_bench(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
     except ValueError as exc:
         print(f"llm-prober bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        print(
+            "llm-prober bench: error: --plot needs matplotlib: pip install 'llm-prober[bench]'",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         doc = asyncio.run(measure(cfg, progress=not args.no_progress))
