@@ -155,17 +155,22 @@ class QueueEstimator:
         wait = max(0.0, to_first - prefill)
         if result.ok and result.t_last_token_ns is not None:
             decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
-            self._recent.append((self._clock(), wait, decode))
+            now = self._clock()
+            self._recent.append((now, wait, decode))
+            self._forget_before(now - self._window)
             slot_start = result.t_first_token_ns / 1e9 - prefill
             peak = self._occupancy.add(slot_start, result.t_end_ns / 1e9)
             if self.own_load is not None:
                 self.own_load.slots = max(self.own_load.slots, peak)
         return wait
 
-    def estimate(self) -> Estimate:
-        now = self._clock()
-        while self._recent and self._recent[0][0] < now - self._window:
+    def _forget_before(self, cutoff: float) -> None:
+        # Also on every observation: a daemon nobody scrapes must not grow without bound.
+        while self._recent and self._recent[0][0] < cutoff:
             self._recent.popleft()
+
+    def estimate(self) -> Estimate:
+        self._forget_before(self._clock() - self._window)
         recent = self._recent
         mean_wait = sum(w for _, w, _ in recent) / len(recent) if recent else None
         mean_decode = sum(d for _, _, d in recent) / len(recent) if recent else None

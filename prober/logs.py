@@ -2,18 +2,65 @@
 
 The standard library's loggers (aiohttp, apscheduler) are routed through the same renderer,
 so every line of the process has one shape. Context such as `target=` is bound per target by
-the callers; secrets and prompt bodies are never passed to a logger by default.
+the callers; secrets and prompt bodies are never passed to a logger by default. API keys are
+registered here when they are read (`register_secret`) and replaced by `[REDACTED]` in every
+rendered line, because a server may echo the key back in an error body that becomes a
+result's `error`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+REDACTED = "[REDACTED]"
+# Errors are cut to a length (request.py), so one may end in the first part of a key; a tail
+# this long is redacted too. Shorter tails would hide ordinary text such as "sk-".
+_MIN_TAIL = 8
+_MIN_SECRET = 4
+_SECRETS: set[str] = set()
+
+
+def register_secret(value: str) -> None:
+    """Never print `value`: every log line, and `redact()`, replace it with `[REDACTED]`."""
+    if len(value) >= _MIN_SECRET:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret, and a secret's cut-off start at its end, replaced."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+        for n in range(len(secret) - 1, _MIN_TAIL - 1, -1):
+            if text.endswith(secret[:n]):
+                text = text[:-n] + REDACTED
+                break
+    return text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_value(v) for v in value)
+    text = repr(value)  # what the JSON renderer would print for it
+    cleaned = redact(text)
+    return cleaned if cleaned != text else value
+
+
+def _redact_secrets(_: Any, __: str, event_dict: Any) -> Any:
+    if not _SECRETS:
+        return event_dict
+    # exc_info is left to the renderer (JSON has it as text in `exception` by now).
+    return {k: v if k == "exc_info" else _redact_value(v) for k, v in event_dict.items()}
 
 
 def setup_logging(
@@ -43,7 +90,11 @@ def setup_logging(
     handler = logging.StreamHandler(out)  # type: ignore[arg-type]
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                _redact_secrets,  # last before rendering: sees structlog and stdlib events
+                renderer,
+            ],
             foreign_pre_chain=shared,
         )
     )

@@ -186,20 +186,26 @@ class _Exchange:
             return self._timed_out(exc, loop.time() >= total_deadline - 1e-3)
         except InStreamError as exc:
             return self.finish(Outcome.HTTP_5XX, f"server error in stream: {exc}")
+        except aiohttp.ClientConnectorError as exc:
+            # Before the ValueError clause: a certificate failure is also a ValueError.
+            return self.finish(Outcome.CONNECT_ERROR, f"cannot connect: {exc}")
+        except aiohttp.ClientResponseError as exc:
+            # An unparsable status line or header block. Never repr() it: its request_info
+            # holds the request headers, credentials included.
+            return self.finish(Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {exc.message}")
         except (StreamError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             # ValueError covers invalid JSON; the others an event of the wrong shape.
-            detail = f"{type(exc).__name__}: {exc}"
-            return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {detail}"[:300])
-        except aiohttp.ClientConnectorError as exc:
-            return self.finish(Outcome.CONNECT_ERROR, f"cannot connect: {exc}")
+            return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(exc)}")
         except (aiohttp.ClientError, OSError) as exc:
             if self.phase is not _Phase.CONNECT:
-                return self.finish(Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {exc!r}")
+                return self.finish(
+                    Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {_describe(exc)}"
+                )
             # A stale pooled connection fails at once; a server that held us a while did not.
             stale = isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
             if may_retry and stale and loop.time() - started < _STALE_WITHIN_SECONDS:
                 raise _StaleConnection from exc
-            return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {exc!r}")
+            return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {_describe(exc)}")
         return self.state.conclude(self.finish)
 
     def _post(self) -> Any:
@@ -230,6 +236,11 @@ class _Exchange:
         return self.finish(
             Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
         )
+
+
+def _describe(exc: BaseException) -> str:
+    """Type and message of an exception, never its repr (which may carry request headers)."""
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:

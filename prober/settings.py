@@ -31,7 +31,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from prober.logs import register_secret
 from prober.request import Api
+from prober.webconfig import load_web_config
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -137,6 +139,9 @@ class TargetConfig(_Strict):
         for key in value:
             if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
                 raise ValueError(f"invalid header name {key!r}")
+            if key.lower() == "authorization":
+                # Keys come only from a variable or a file, where they are read and redacted.
+                raise ValueError("set the API key with api_key_env or api_key_file, not headers")
         return value
 
     @field_validator("jitter_seconds")
@@ -158,6 +163,14 @@ class TargetConfig(_Strict):
 class ServerConfig(_Strict):
     listen: str = "0.0.0.0:9470"
     grace_seconds: PositiveSeconds = 10.0
+    web_config_file: Path | None = None  # exporter-toolkit shape: TLS, basic auth
+
+    @field_validator("web_config_file")
+    @classmethod
+    def _web_config(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            load_web_config(value)  # WebConfigError is a ValueError naming the key at fault
+        return value
 
     @field_validator("listen")
     @classmethod
@@ -253,14 +266,19 @@ def _check_yaml(path: Path) -> None:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError([f"config: cannot read {path}: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"config: {path} is not UTF-8 text (byte {exc.start})"]) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ConfigError([f"config: {path} is not valid YAML{at}: {problem}"]) from None
     if data is not None and not isinstance(data, dict):
         kind = type(data).__name__
         raise ConfigError([f"config: {path} must hold a mapping (server:, targets:), not a {kind}"])
+    odd = [repr(key) for key in data or {} if not isinstance(key, str)]
+    if odd:  # pydantic-settings would fail on them with an AttributeError
+        raise ConfigError([f"config: top-level keys must be names, not {', '.join(odd)}"])
 
 
 def _problems(exc: ValidationError) -> list[str]:
@@ -280,7 +298,8 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     """('targets', 0, 'url') → 'targets[0].url'."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        name = str(part) if str(part).isprintable() else repr(part)  # keep one problem one line
+        out += f"[{part}]" if isinstance(part, int) else (f".{name}" if out else name)
     return out or "config"
 
 
@@ -298,6 +317,7 @@ def resolve_api_key(target: TargetConfig) -> str | None:
         value = os.environ.get(target.api_key_env)
         if not value:
             raise ConfigError([f"api_key_env: environment variable {target.api_key_env} is unset"])
+        register_secret(value.strip())
         return value.strip()
     if target.api_key_file:
         try:
@@ -307,5 +327,6 @@ def resolve_api_key(target: TargetConfig) -> str | None:
             raise ConfigError([problem]) from None
         if not value:
             raise ConfigError([f"api_key_file: {target.api_key_file} is empty"])
+        register_secret(value)
         return value
     return None

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from prober.logs import get_logger
 from prober.metrics import Labels
 from prober.prompts import PromptBuilder
 from prober.request import RequestSpec, Timeouts, stream_request
 from prober.result import RequestResult
 from prober.settings import TargetConfig, resolve_api_key
 from prober.timings import Slo
+
+log = get_logger("prober.targets")
 
 
 def ssl_context(cfg: TargetConfig) -> ssl.SSLContext | bool:
@@ -93,6 +96,11 @@ class Target:
         result = await stream_request(session, spec, t_sched_ns, on_first_token)
         if result.prompt_tokens:
             builder.observe(words, result.prompt_tokens)
+        if self.keep_text:  # logging.log_prompts: off by default, prompts can be sensitive
+            log.info(
+                "request_text", target=self.name, request_id=result.request_id, prompt=text,
+                completion=result.text,
+            )  # fmt: skip
         return result
 
 

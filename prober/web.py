@@ -3,7 +3,9 @@
 Routes: `/metrics` (prometheus-client's aiohttp handler on the daemon's own registry),
 `/probe?target=NAME` (one probe now, its metrics in a fresh registry: the blackbox-exporter
 pattern; only configured names are accepted, so it cannot be turned into a proxy),
-`/-/healthy`, `/-/ready` and a landing page. The client session and the probe scheduler
+`/-/healthy`, `/-/ready` and a landing page. With `server.web_config_file`, basic auth guards
+every route but the two health checks, and `WEB_CONFIG.ssl_context()` serves them over TLS
+(`webconfig.py`). The client session and the probe scheduler
 start in `cleanup_ctx` and stop in reverse order; on shutdown in-flight probes get the
 configured grace period.
 """
@@ -29,14 +31,17 @@ from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
 from prober.settings import Settings
 from prober.targets import Target
+from prober.webconfig import WebConfig, load_web_config
 
 SETTINGS = web.AppKey("settings", Settings)
 TARGETS = web.AppKey("targets", dict[str, Target])
+PROBED = web.AppKey("probed", set[str])
 METRICS = web.AppKey("metrics", Metrics)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 SCHEDULER = web.AppKey("scheduler", ProbeScheduler)
 CAPACITY = web.AppKey("capacity", dict[str, TargetCapacity])
 LOADS = web.AppKey("loads", list[LoadDriver])
+WEB_CONFIG = web.AppKey("web_config", WebConfig)
 
 
 def client_session() -> aiohttp.ClientSession:
@@ -51,14 +56,22 @@ def client_session() -> aiohttp.ClientSession:
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
-    app = web.Application()
+    web_file = settings.server.web_config_file
+    web_config = load_web_config(web_file) if web_file is not None else WebConfig()
+    app = web.Application(middlewares=web_config.middlewares())
     app[SETTINGS] = settings
+    app[WEB_CONFIG] = web_config
     keep = settings.logging.log_prompts
     shard = settings.shard
-    probed = [t for t in settings.targets if owns_target(t.name, shard.index, shard.count)]
-    app[TARGETS] = {t.name: Target.from_config(t, keep_text=keep) for t in probed}
+    app[TARGETS] = {t.name: Target.from_config(t, keep_text=keep) for t in settings.targets}
+    app[PROBED] = {n for n in app[TARGETS] if owns_target(n, shard.index, shard.count)}
     app[METRICS] = Metrics(registry if registry is not None else CollectorRegistry())
-    app[CAPACITY] = {n: TargetCapacity(t, app[METRICS]) for n, t in app[TARGETS].items()}
+    # A replica reports capacity for the targets it probes and those it sends load to.
+    app[CAPACITY] = {
+        n: TargetCapacity(t, app[METRICS])
+        for n, t in app[TARGETS].items()
+        if n in app[PROBED] or t.config.load is not None
+    }
     app[METRICS].registry.register(CapacityCollector(app[CAPACITY].values()))
     app.cleanup_ctx.append(_session_ctx)
     app.cleanup_ctx.append(_capacity_ctx)
@@ -83,7 +96,11 @@ def owns_target(name: str, index: int, count: int) -> bool:
 
 
 async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Background load and server-metrics scrapes; each replica carries 1/count of the load."""
+    """Background load and server-metrics scrapes.
+
+    Every replica carries 1/count of each target's load; only the replica that probes a
+    target scrapes its server metrics, so summing across replicas counts the truth once.
+    """
     session, settings = app[SESSION], app[SETTINGS]
     capacity = app[CAPACITY]
     loads: list[LoadDriver] = []
@@ -97,7 +114,11 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
         cap.estimator.own_load = driver.in_flight
         loads.append(driver)
     app[LOADS] = loads
-    watchers = [asyncio.create_task(c.watch(session)) for c in capacity.values()]
+    watchers = [
+        asyncio.create_task(cap.watch(session))
+        for name, cap in capacity.items()
+        if name in app[PROBED]
+    ]
     for driver in loads:
         driver.start()
     yield
@@ -114,7 +135,8 @@ async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     def observe(target: Target, result: RequestResult) -> None:
         capacity[target.name].observe(result)
 
-    scheduler = ProbeScheduler(app[SESSION], app[TARGETS].values(), app[METRICS], observe)
+    probed = [t for name, t in app[TARGETS].items() if name in app[PROBED]]
+    scheduler = ProbeScheduler(app[SESSION], probed, app[METRICS], observe)
     app[SCHEDULER] = scheduler
     scheduler.start()
     yield
@@ -147,8 +169,10 @@ async def _ready(request: web.Request) -> web.Response:
 
 
 async def _landing(request: web.Request) -> web.Response:
+    probed = request.app[PROBED]
     rows = "".join(
-        f"<li>{html.escape(t.name)} ({html.escape(t.config.model)}) — "
+        f"<li>{html.escape(t.name)} ({html.escape(t.config.model)}"
+        f"{'' if t.name in probed else ', probed by another shard'}) — "
         f'<a href="/probe?target={html.escape(t.name)}">probe now</a></li>'
         for t in request.app[TARGETS].values()
     )

@@ -13,8 +13,9 @@ import pytest
 
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
+from prober.settings import Settings
 from prober.timings import tpot, ttft
-from prober.web import METRICS, client_session
+from prober.web import CAPACITY, METRICS, PROBED, build_app, client_session
 from tests.integration.daemon import daemon, scrape, simulator, value, wait_for
 
 HISTOGRAMS = (
@@ -239,3 +240,25 @@ async def test_ollama_native_api_against_the_simulator() -> None:
     assert result.t_first_content_ns > result.t_first_token_ns
     assert result.server_prefill_seconds is not None
     assert result.server_decode_per_token_seconds is not None
+
+
+async def test_shards_split_probes_and_load_without_coordination() -> None:
+    """Two replicas: each target probed by exactly one; every replica carries half the load."""
+    names = [f"t{i}" for i in range(6)]
+    targets = [
+        {"name": n, "url": "http://127.0.0.1:9/v1", "model": "m", "interval_seconds": 3600,
+         "load": {"rate": 4.0}}
+        for n in names
+    ]  # fmt: skip
+    probed: list[set[str]] = []
+    for index in (0, 1):
+        settings = Settings.model_validate(
+            {"targets": targets, "shard": {"index": index, "count": 2}}
+        )
+        app = build_app(settings)
+        probed.append(app[PROBED])
+        assert set(app[CAPACITY]) == set(names)  # load (and its estimate) on every replica
+    assert probed[0].isdisjoint(probed[1])
+    assert probed[0] | probed[1] == set(names)
+    assert probed[0]
+    assert probed[1]

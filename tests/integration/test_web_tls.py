@@ -161,7 +161,8 @@ def test_the_command_serves_tls_from_server_web_config_file(
         proc.terminate()
         out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 0, out
-    assert '"tls": true' in out and '"basic_auth": true' in out
+    assert '"tls": true' in out
+    assert '"basic_auth": true' in out
 
 
 def _wait_https(url: str, context: ssl.SSLContext, timeout: float = 20) -> str:

@@ -1,0 +1,225 @@
+"""TLS and basic auth for the daemon's own endpoints, from an exporter-toolkit web config file.
+
+The file has the shape of Prometheus exporter-toolkit's `--web.config.file`, so one file can
+serve every exporter of a deployment:
+
+    tls_server_config:
+      cert_file: server.crt        # relative paths are relative to this file
+      key_file: server.key
+      min_version: TLS12           # optional: TLS12 (default) | TLS13
+    basic_auth_users:
+      prometheus: $2b$12$...       # bcrypt hash (htpasswd -nBC 12 "" | tr -d ':')
+
+Both sections are optional. Keys that exporter-toolkit knows but llm-prober does not implement
+(client certificates, cipher suites, HTTP headers) are rejected, so a file that asks for more
+protection than it gets fails at start-up instead of silently serving less.
+
+Basic auth covers every route except `/-/healthy` and `/-/ready` (fixed text, no data; kubelet
+probes need them without credentials). Passwords are checked with `bcrypt.checkpw` off the
+event loop, one at a time, so a flood of wrong guesses costs at most one core and never stalls
+a probe's timestamps; a successful check is cached by a SHA-256 of user, password and hash,
+as exporter-toolkit does, so a scrape every few seconds does not pay bcrypt's cost each time.
+An unknown user is checked against a dummy hash, so response time does not reveal which
+users exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import hashlib
+import re
+import ssl
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import yaml
+from aiohttp import BasicAuth, web
+from aiohttp.typedefs import Handler, Middleware
+
+OPEN_PATHS = frozenset({"/-/healthy", "/-/ready"})
+REALM = "llm-prober"
+_BCRYPT = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+_TLS_KEYS = {"cert_file", "key_file", "min_version"}
+_UNSUPPORTED_TLS = {
+    "client_auth_type", "client_ca_file", "client_allowed_sans", "cipher_suites",
+    "curve_preferences", "max_version", "prefer_server_cipher_suites", "cert", "key",
+}  # fmt: skip
+_TOP_KEYS = {"tls_server_config", "basic_auth_users"}
+_MIN_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_HASH_FORMS = "($2a$, $2b$ or $2y$, cost 4-31)"
+_CACHE_SIZE = 256
+# Any well-formed hash works: it only makes a check for an unknown user cost the same.
+_DUMMY_HASH = b"$2b$10$" + b"." * 53
+
+
+class WebConfigError(ValueError):
+    """An invalid web config file; `problems` holds one line per fault, each naming its key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The validated file: TLS files (both or neither) and bcrypt hashes by user name."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    users: Mapping[str, bytes] = field(default_factory=dict)
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_file is not None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A server-side context, or None when the file asks for plain HTTP."""
+        if self.cert_file is None or self.key_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = self.min_version
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def middlewares(self) -> list[Middleware]:
+        return [BasicAuthMiddleware(self.users)] if self.users else []
+
+
+def load_web_config(path: Path) -> WebConfig:
+    """Read and validate `path`; raise `WebConfigError` listing every problem."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise WebConfigError([f"cannot read {_show(path)}: {exc.strerror}"]) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise WebConfigError([f"{_show(path)} is not valid YAML{at}"]) from None
+    if data is None:
+        return WebConfig()
+    if not isinstance(data, dict):
+        raise WebConfigError([f"{_show(path)} must hold a mapping, not a {type(data).__name__}"])
+    problems = [f"{_show(key)}: unknown key" for key in map(str, data) if key not in _TOP_KEYS]
+    tls, tls_problems = _tls(data.get("tls_server_config"), path.parent)
+    users, user_problems = _users(data.get("basic_auth_users"))
+    problems += tls_problems + user_problems
+    if problems:
+        raise WebConfigError(problems)
+    return WebConfig(users=users, **tls)
+
+
+def _tls(raw: Any, base: Path) -> tuple[dict[str, Any], list[str]]:
+    where = "tls_server_config"
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return {}, [f"{where}: must be a mapping with cert_file and key_file"]
+    problems = []
+    for key in map(str, raw):
+        if key in _UNSUPPORTED_TLS:
+            problems.append(f"{where}.{key}: not supported by llm-prober")
+        elif key not in _TLS_KEYS:
+            problems.append(f"{where}.{_show(key)}: unknown key")
+    files: dict[str, Path] = {}
+    for key in ("cert_file", "key_file"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            problems.append(f"{where}.{key}: required (a file path)")
+            continue
+        file = base / value
+        if not file.is_file():
+            problems.append(f"{where}.{key}: no such file: {_show(file)}")
+        files[key] = file
+    version = raw.get("min_version", "TLS12")
+    if version not in _MIN_VERSIONS:
+        problems.append(f"{where}.min_version: must be TLS12 or TLS13, got {version!r}")
+    out: dict[str, Any] = {**files, "min_version": _MIN_VERSIONS.get(version)}
+    if not problems:
+        try:
+            WebConfig(**out).ssl_context()
+        except (ssl.SSLError, OSError) as exc:
+            problems.append(f"{where}: cannot load cert_file/key_file: {exc}")
+    return out, problems
+
+
+def _users(raw: Any) -> tuple[dict[str, bytes], list[str]]:
+    where = "basic_auth_users"
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return {}, [f"{where}: must be a mapping of user name to bcrypt hash"]
+    users, problems = {}, []
+    for user, hashed in raw.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            problems.append(f"{where}: user names must be non-empty strings without ':'")
+        elif not isinstance(hashed, str) or not _BCRYPT.match(hashed):
+            # Never echo the value: a plain password pasted here by mistake must not be logged.
+            problems.append(f"{where}.{_show(user)}: not a bcrypt hash {_HASH_FORMS}")
+        else:
+            users[user] = hashed.encode()
+    return users, problems
+
+
+def _show(value: object) -> str:
+    """A path or key as text for a one-line message: quoted when it holds a line break."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
+class BasicAuthMiddleware:
+    """aiohttp middleware: HTTP basic auth against bcrypt hashes (see the module docstring)."""
+
+    __middleware_version__ = 1  # what `@web.middleware` marks: a new-style middleware
+
+    def __init__(self, users: Mapping[str, bytes]) -> None:
+        self._users = dict(users)
+        self._verified: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS or await self._allowed(request):
+            return await handler(request)
+        raise web.HTTPUnauthorized(
+            text="401 Unauthorized\n",
+            headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'},
+        )
+
+    async def _allowed(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization", "")
+        try:
+            auth = BasicAuth.decode(header, encoding="utf-8")
+        except (ValueError, binascii.Error):
+            return False
+        return await self.check(auth.login, auth.password)
+
+    async def check(self, user: str, password: str) -> bool:
+        """True when `password` matches `user`'s hash; every miss costs one bcrypt check."""
+        hashed = self._users.get(user)
+        known = hashed is not None
+        hashed = hashed if hashed is not None else _DUMMY_HASH
+        secret = password.encode()
+        key = hashlib.sha256(b"\0".join((user.encode(), secret, hashed))).digest()
+        if key in self._verified:
+            self._verified.move_to_end(key)
+            return True
+        # One check at a time: guesses queue here instead of taking every core.
+        async with self._lock:
+            ok = await asyncio.to_thread(_checkpw, secret, hashed)
+        if ok and known:
+            self._verified[key] = None
+            if len(self._verified) > _CACHE_SIZE:
+                self._verified.popitem(last=False)
+        return ok and known
+
+
+def _checkpw(password: bytes, hashed: bytes) -> bool:
+    try:
+        return bcrypt.checkpw(password, hashed)
+    except ValueError:  # a password over bcrypt's 72 bytes can never have been hashed
+        return False
