@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from prober.request import Api
 from prober.settings import ConfigError, Settings, load_settings, resolve_api_key
