@@ -170,18 +170,7 @@ class _Exchange:
                     self.phase = _Phase.FIRST_TOKEN
                     if resp.status != 200:
                         return await _http_failure(resp, self.finish)
-                    reader = _reader(self.spec)
-                    state = self.state
-                    async for chunk in resp.content.iter_any():
-                        t_ns = time.perf_counter_ns()
-                        if state.t_first_byte_ns is None:
-                            state.t_first_byte_ns = t_ns
-                        if state.feed(reader, chunk, t_ns) and state.t_first_token_ns is not None:
-                            self.phase = _Phase.STREAMING
-                            deadline.reschedule(
-                                min(loop.time() + timeouts.idle_seconds, total_deadline)
-                            )
-                    state.close(reader, time.perf_counter_ns())
+                    await self._read_body(resp, deadline, total_deadline)
         except TimeoutError as exc:
             return self._timed_out(exc, loop.time() >= total_deadline - 1e-3)
         except InStreamError as exc:
@@ -207,6 +196,34 @@ class _Exchange:
                 raise _StaleConnection from exc
             return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {_describe(exc)}")
         return self.state.conclude(self.finish)
+
+    async def _read_body(
+        self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, total_deadline: float
+    ) -> None:
+        """The hot loop: stamp each read as it returns, then parse it."""
+        loop = asyncio.get_running_loop()
+        reader = _reader(self.spec)
+        state = self.state
+        content = resp.content
+        feed = state.feed
+        clock = time.perf_counter_ns
+        idle: _IdleWatch | None = None
+        try:
+            while chunk := await content.readany():
+                t_ns = clock()
+                if state.t_first_byte_ns is None:
+                    state.t_first_byte_ns = t_ns
+                if feed(reader, chunk, t_ns) and state.t_first_token_ns is not None:
+                    if idle is not None:
+                        idle.last = loop.time()
+                    else:
+                        self.phase = _Phase.STREAMING
+                        deadline.reschedule(total_deadline)
+                        idle = _IdleWatch(loop, deadline, self.spec.timeouts.idle_seconds)
+            state.close(reader, clock())
+        finally:
+            if idle is not None:
+                idle.cancel()
 
     def _post(self) -> Any:
         spec = self.spec
@@ -236,6 +253,49 @@ class _Exchange:
         return self.finish(
             Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
         )
+
+
+class _IdleWatch:
+    """The stall deadline: `idle` seconds after the last event, expiring `deadline` then.
+
+    Moving the deadline on every event cost a timer-heap push and a cancelled handle per token
+    (the largest item in the client's profile after parsing). Here an event only notes its
+    time; the one timer, when it fires, expires the deadline if no event came since it was
+    armed, else re-arms at last event + idle. It expires exactly when the per-event reschedule
+    would have. Past the total deadline it is not armed: `deadline` already ends there.
+    """
+
+    __slots__ = ("_armed_for", "_deadline", "_handle", "_idle", "_loop", "last")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: asyncio.Timeout, idle: float):
+        self._loop = loop
+        self._deadline = deadline
+        self._idle = idle
+        self._handle: asyncio.TimerHandle | None = None
+        self.last = loop.time()
+        self._armed_for = self.last
+        self._arm()
+
+    def _arm(self) -> None:
+        when = self.last + self._idle
+        total = self._deadline.when()
+        if total is None or when < total:
+            self._armed_for = self.last
+            self._handle = self._loop.call_at(when, self._fire)
+        else:
+            self._handle = None
+
+    def _fire(self) -> None:
+        if self.last == self._armed_for:
+            self._handle = None
+            self._deadline.reschedule(self._loop.time())
+        else:
+            self._arm()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def _describe(exc: BaseException) -> str:

@@ -63,6 +63,12 @@ class SSEEvent(NamedTuple):
     event: str = ""
 
 
+_LF = ord("\n")
+
+# Builds an SSEEvent without the generated Python-level __new__ (a third of the fast path).
+_new = tuple.__new__
+
+
 class SSEParser:
     """Server-sent events parser; feed it reads, it returns the events those reads completed."""
 
@@ -74,7 +80,32 @@ class SSEParser:
         self._event = b""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        return self._process(self._lines.feed(data))
+        lines = self._lines
+        # Fast path for what OpenAI-compatible servers send: reads of whole events of one
+        # `data: ` line each, nothing pending. It yields exactly what the general path would,
+        # at a fraction of the cost; anything else (CR, other fields, a partial event) and
+        # every error case take the general path.
+        if (
+            data.startswith(b"data: ")
+            and not lines._buf
+            and not self._data
+            and not self._event
+            and len(data) <= lines._max
+            and b"\r" not in data
+        ):
+            size = len(data)
+            try:
+                if data.find(b"\n") == size - 2 and data[-1] == _LF:
+                    return [_new(SSEEvent, (data[6:-2].decode(), ""))]
+                if data.endswith(b"\n\n"):
+                    blocks = data[:-2].split(b"\n\n")
+                    if data.count(b"\n") == 2 * len(blocks) and all(
+                        block.startswith(b"data: ") for block in blocks
+                    ):
+                        return [_new(SSEEvent, (block[6:].decode(), "")) for block in blocks]
+            except UnicodeDecodeError as exc:
+                raise StreamError(f"event is not UTF-8: {exc.reason}") from None
+        return self._process(lines.feed(data))
 
     def close(self) -> list[SSEEvent]:
         events = self._process(self._lines.close())

@@ -7,6 +7,7 @@ feeds it reads and asks it for the result.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,32 @@ from prober.sse import LineSplitter, SSEParser
 
 Finish = Callable[..., RequestResult]
 """`finish(outcome, error="", status=None) -> RequestResult`, bound by `request`."""
+
+
+def _pick_loads() -> Callable[[str | bytes], Any]:
+    """`json.loads`, through orjson when it is installed (the `fast` extra).
+
+    orjson parses a stream chunk about 3× faster. Whatever it refuses (NaN, Infinity, lone
+    surrogates, non-UTF-8 encodings, nesting past 1024) goes on to `json.loads`, so what parses
+    and what fails stays exactly as without it. One difference remains: integers beyond 64
+    bits come back as floats, so such a token count (absurd from any server) is ignored.
+    """
+    try:
+        orjson = importlib.import_module("orjson")
+    except ImportError:
+        return json.loads
+    fast = orjson.loads
+
+    def loads(text: str | bytes) -> Any:
+        try:
+            return fast(text)
+        except ValueError:
+            return json.loads(text)
+
+    return loads
+
+
+loads = _pick_loads()
 
 
 class InStreamError(ValueError):
@@ -74,7 +101,7 @@ class StreamState:
         lines = reader.feed(chunk)
         for line in lines:
             if line.strip():
-                self._on_ollama(json.loads(line), t_ns)
+                self._on_ollama(loads(line), t_ns)
         return len(lines)
 
     def close(self, reader: SSEParser | LineSplitter, t_ns: int) -> None:
@@ -85,7 +112,7 @@ class StreamState:
         else:
             for line in reader.close():
                 if line.strip():
-                    self._on_ollama(json.loads(line), t_ns)
+                    self._on_ollama(loads(line), t_ns)
 
     def _on_sse(self, data: str, t_ns: int) -> None:
         if self.done:
@@ -93,7 +120,7 @@ class StreamState:
         if data == "[DONE]":
             self.done = True
             return
-        obj = json.loads(data)
+        obj = loads(data)
         if not isinstance(obj, dict):
             raise ValueError(f"event is not a JSON object: {data[:40]!r}")
         if "error" in obj:

@@ -1,0 +1,285 @@
+"""Shared pieces of the performance benchmarks: processes, the simulator, clocks, statistics.
+
+Every figure these benchmarks print is a median over repeated runs or a ratio measured in the
+same run: the machines are small and shared, so one absolute time means little. Stamps are
+`time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux), comparable across processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# The fast local engine of the accuracy benchmark: every stream gets a token each 10 ms, batch
+# size does not slow it, there are more slots than streams, so nothing ever queues, and a
+# prompt's prefill costs 1 ms whatever its length (at the default 2,000 tokens/s a 40-token
+# prompt would stretch everyone's step by 20 ms and bunch the streams up).
+FAST_SIM_ARGS = (
+    "--slots", "512", "--decode-step", "0.01", "--decode-slowdown", "0",
+    "--prefill-base", "0.001", "--prefill-tps", "1e9",
+)  # fmt: skip
+
+
+def loop_bootstrap(loop: str) -> str:
+    """Python source that installs the chosen event loop before anything else runs."""
+    if loop == "uvloop":
+        return "import asyncio, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
+    if loop == "asyncio":
+        return ""
+    raise ValueError(f"unknown loop {loop!r}")
+
+
+def cli_command(args: Sequence[str], loop: str = "asyncio") -> list[str]:
+    """`python -m prober.cli ARGS`, on the chosen event loop."""
+    main = "import sys\nfrom prober.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    code = loop_bootstrap(loop) + main
+    return [PYTHON, "-c", code, *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
+def pinning(enabled: bool = True) -> tuple[set[int] | None, set[int] | None]:
+    """CPU sets for (simulator, client): one core each, or no pinning (None, None).
+
+    On a small machine the scheduler, when the simulator wakes the client, tends to run the
+    client on the simulator's core (wake-affine), where it waits for the simulator's whole
+    burst of writes: the raw client's p99 error was 3 ms unpinned and 0.03 ms pinned. In
+    production the prober and the engine do not share a core; pinning measures the client.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if not enabled or len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, {cpus[1]}
+
+
+def _affinity(cpus: set[int] | None) -> Callable[[], None] | None:
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+class Sim:
+    """The simulator in a process of its own (so its CPU never counts as the client's)."""
+
+    def __init__(
+        self,
+        args: Sequence[str] = FAST_SIM_ARGS,
+        loop: str = "asyncio",
+        cpus: set[int] | None = None,
+    ) -> None:
+        self.port = free_port()
+        cmd = cli_command(["sim", "--port", str(self.port), *args], loop)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_affinity(cpus),
+        )  # fmt: skip
+        wait_http(f"http://127.0.0.1:{self.port}/health")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stamps(self, request_id: str) -> dict[str, object]:
+        url = f"http://127.0.0.1:{self.port}/sim/requests/{request_id}"
+        with urllib.request.urlopen(url, timeout=10.0) as resp:
+            return dict(json.load(resp))
+
+    def cpu_seconds(self) -> float:
+        return proc_cpu_seconds(self.proc.pid)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> Sim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (from /proc, clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError(f"no VmRSS for pid {pid}")
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds all processes on this machine have used (all cores, from /proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def wait_quiet(threshold: float = 0.25, patience: float = 120.0) -> float:
+    """Wait (up to `patience` s) until other work uses under `threshold` of the machine.
+
+    The machines are shared: a benchmark started while someone's test suite saturates the
+    cores measures that suite. Returns the busy share seen last (0..1 of all cores).
+    """
+    cores = os.cpu_count() or 1
+    deadline = time.monotonic() + patience
+    while True:
+        before = machine_cpu_seconds()
+        time.sleep(1.0)
+        busy = (machine_cpu_seconds() - before) / cores
+        if busy < threshold or time.monotonic() > deadline:
+            return busy
+
+
+class OtherLoad:
+    """Share of the machine that processes other than `ours` used over a run (0..1)."""
+
+    def __init__(self, ours: Sequence[int]) -> None:
+        self._ours = list(ours)
+        self._t0 = time.monotonic()
+        self._machine0 = machine_cpu_seconds()
+        self._ours0 = self._ours_cpu()
+
+    def _ours_cpu(self) -> float:
+        total = 0.0
+        for pid in self._ours:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                total += proc_cpu_seconds(pid)
+        return total
+
+    def add(self, pid: int) -> None:
+        self._ours.append(pid)
+
+    def share(self, ours_extra: float = 0.0) -> float:
+        """`ours_extra`: CPU seconds of our processes that already exited (e.g. a worker)."""
+        wall = time.monotonic() - self._t0
+        machine = machine_cpu_seconds() - self._machine0
+        ours = self._ours_cpu() - self._ours0 + ours_extra
+        return max(0.0, machine - ours) / (wall * (os.cpu_count() or 1))
+
+
+# What a `+gc` client does after its warm-up, standing in for the daemon doing it after
+# start-up: move everything alive into the permanent generation (imports, app, session) so
+# full collections stop walking it, and collect the young generation every 10,000
+# allocations instead of every 700. A streamed token allocates several dicts, so with the
+# defaults a collection interrupts the stream every few dozen tokens.
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def tune_gc() -> None:
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def client_spec(spec: str) -> tuple[str, str, bool]:
+    """`MODE[@LOOP][+gc]` → (mode, loop, tune_gc)."""
+    spec, plus, flag = spec.partition("+")
+    if plus and flag != "gc":
+        raise ValueError(f"unknown client option +{flag}")
+    mode, _, loop = spec.partition("@")
+    return mode, loop or "asyncio", bool(plus)
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so `with Sim(...)` still stops the simulator."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest-rank; nan for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {"p50": pct(values, 50), "p99": pct(values, 99), "max": max(values, default=math.nan)}
+
+
+def median(values: Iterable[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def run_worker(
+    args: Sequence[str],
+    timeout: float = 600.0,
+    env: dict[str, str] | None = None,
+    ours: Sequence[int] = (),
+    cpus: set[int] | None = None,
+) -> dict[str, object]:
+    """Run `python ARGS --out FILE`; return the JSON object the worker wrote, plus `other_load`.
+
+    Results travel through a file, not stdout: a worker on uvloop can leave its stdout
+    non-blocking and a large print then comes back cut short. `other_load` is the share of
+    the machine used by anything but the worker and `ours` (the simulator) while it ran: a
+    run with much of it measured someone else's work too.
+    """
+    other = OtherLoad(ours)
+    with tempfile.TemporaryDirectory() as tmp:
+        out_path = Path(tmp) / "out.json"
+        proc = subprocess.run(
+            [PYTHON, *args, "--out", str(out_path)], cwd=ROOT, capture_output=True, text=True,
+            timeout=timeout, check=False, env=env, preexec_fn=_affinity(cpus),
+        )  # fmt: skip
+        if proc.returncode != 0 or not out_path.exists():
+            raise RuntimeError(f"worker {args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        out = dict(json.loads(out_path.read_text()))
+    # The worker reports its whole CPU time as `cpu_total` (see `emit`).
+    out["other_load"] = other.share(float(out.get("cpu_total", 0.0)))  # type: ignore[arg-type]
+    return out
+
+
+def emit(result: dict[str, object], path: str) -> None:
+    """A worker's last act: write its result, with its whole CPU time, for `run_worker`."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_total"] = usage.ru_utime + usage.ru_stime
+    Path(path).write_text(json.dumps(result))
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return "—" if math.isnan(value) else f"{value:.{digits}f}"

@@ -1,0 +1,219 @@
+"""Open-loop capacity: the Poisson rate one llm-prober process sustains, and its dispatch lag.
+
+    .venv/bin/python bench/perf_load.py [--rates 50,100,200,300,400] [--seconds 20]
+        [--repeats 3] [--clients prober,prober@uvloop] [--before DIR] [--json FILE]
+
+Each run is a fresh process that drives `LoadDriver` exactly as the daemon does (metrics on a
+private registry, the capacity estimator fed every result) at one Poisson rate, 64 output
+tokens per request, against the simulator in a process of its own (10 ms decode step, no batch
+slowdown, 4096 slots: it never queues). Dispatch lag is `t_send − t_sched` of every request
+scheduled after a 2 s warm-up. The sustained rate is the highest one whose median p99 lag
+stays ≤ 5 ms with nothing dropped and every request ok; the simulator's CPU share is printed
+beside it, because on a small machine the simulator can run out of core before the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from perf_common import (
+    Sim,
+    client_spec,
+    emit,
+    exit_on_sigterm,
+    fmt,
+    median,
+    pct,
+    pinning,
+    proc_cpu_seconds,
+    run_worker,
+    tune_gc,
+    wait_quiet,
+)
+
+SIM_ARGS = ("--slots", "4096", "--decode-step", "0.01", "--decode-slowdown", "0",
+            "--prefill-base", "0.001", "--prefill-tps", "1e9")  # fmt: skip
+WARMUP_SECONDS = 2.0
+LAG_GOAL_MS = 5.0
+
+
+async def _drive(
+    port: int, rate: float, seconds: float, tokens: int, gc_tuned: bool
+) -> dict[str, object]:
+    from prometheus_client import CollectorRegistry
+
+    from prober.capacity import TargetCapacity
+    from prober.load import LoadDriver
+    from prober.metrics import Metrics
+    from prober.result import RequestResult
+    from prober.settings import LoadConfig, TargetConfig
+    from prober.targets import Target
+    from prober.web import client_session
+
+    load = LoadConfig(rate=rate, max_in_flight=100_000, max_tokens=tokens, seed=1)
+    cfg = TargetConfig(name="bench", url=f"http://127.0.0.1:{port}/v1", model="sim", load=load)
+    target = Target.from_config(cfg)
+    metrics = Metrics(CollectorRegistry())
+    capacity = TargetCapacity(target, metrics)
+    results: list[RequestResult] = []
+
+    def on_result(result: RequestResult) -> None:
+        capacity.observe(result)
+        results.append(result)
+
+    async with client_session() as session:
+        if gc_tuned:
+            tune_gc()
+        driver = LoadDriver(session, target, load, metrics, on_result=on_result)
+        capacity.estimator.own_load = driver.in_flight
+        start = time.perf_counter_ns()
+        cpu0 = time.process_time()
+        driver.start()
+        await asyncio.sleep(seconds)
+        cpu = time.process_time() - cpu0
+        await driver.stop(grace_seconds=30.0)
+    counted = [r for r in results if r.t_sched_ns >= start + WARMUP_SECONDS * 1e9]
+    lags = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in counted]
+    return {
+        "lags_ms": lags,
+        "ok": sum(r.ok for r in counted),
+        "requests": len(counted),
+        "dropped": driver.dropped,
+        "cpu_share": cpu / seconds,
+        "ttft_p50_ms": pct(
+            [(r.t_first_token_ns - r.t_sched_ns) / 1e6 for r in counted if r.t_first_token_ns],
+            50,
+        ),
+    }
+
+
+def worker(ns: argparse.Namespace) -> None:
+    if ns.loop == "uvloop":
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    emit(asyncio.run(_drive(ns.port, ns.rate, ns.seconds, ns.tokens, ns.tune_gc)), ns.out)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="50,100,200,300,400")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clients", default="prober")
+    parser.add_argument("--before", metavar="DIR", help="client `before`: prober from DIR")
+    parser.add_argument("--json", help="write every run's figures to this file")
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=0.25,
+        metavar="SHARE",
+        help="before each run, wait until others use under SHARE of the machine",
+    )
+    parser.add_argument(
+        "--no-pin", action="store_true", help="let the simulator and the prober share cores"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--tune-gc", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.worker:
+        worker(ns)
+        return
+    exit_on_sigterm()
+    sim_cpus, client_cpus = pinning(not ns.no_pin)
+    rates = [float(x) for x in ns.rates.split(",")]
+    clients = ns.clients.split(",")
+    runs: dict[tuple[float, str], list[dict[str, float]]] = {}
+    for rate in rates:
+        for repeat in range(ns.repeats):
+            for client in clients:
+                wait_quiet(ns.quiet)
+                # A fresh simulator per run: its CPU share is this run's alone.
+                with Sim(SIM_ARGS, cpus=sim_cpus) as sim:
+                    figures = one_run(ns, sim, rate, client, client_cpus)
+                runs.setdefault((rate, client), []).append(figures)
+                print(
+                    f"  {rate:>6.0f}/s {client:<16} run {repeat + 1}: lag p99 "
+                    f"{figures['lag_p99']:.2f} ms, ok {figures['ok_share']:.3f}, "
+                    f"cpu {figures['cpu_share']:.2f}, sim cpu {figures['sim_cpu_share']:.2f}",
+                    file=sys.stderr,
+                )
+    report(rates, clients, runs)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump({f"{k[0]}:{k[1]}": v for k, v in runs.items()}, f, indent=1)
+
+
+def one_run(
+    ns: argparse.Namespace, sim: Sim, rate: float, client: str, cpus: set[int] | None
+) -> dict[str, float]:
+    mode, loop, gc_tuned = client_spec(client)
+    env = {**os.environ, "PYTHONPATH": ns.before} if mode == "before" else None
+    args = [
+        __file__, "--worker", "--loop", loop, "--port", str(sim.port),
+        *(["--tune-gc"] if gc_tuned else []),
+        "--rate", str(rate), "--seconds", str(ns.seconds), "--tokens", str(ns.tokens),
+    ]  # fmt: skip
+    sim_cpu0, wall0 = proc_cpu_seconds(sim.proc.pid), time.monotonic()
+    run = run_worker(args, env=env, ours=[sim.proc.pid], cpus=cpus)
+    sim_share = (proc_cpu_seconds(sim.proc.pid) - sim_cpu0) / (time.monotonic() - wall0)
+    lags: list[float] = run["lags_ms"]  # type: ignore[assignment]
+    requests = int(run["requests"])  # type: ignore[call-overload]
+    return {
+        "lag_p50": pct(lags, 50),
+        "lag_p99": pct(lags, 99),
+        "lag_max": max(lags, default=float("nan")),
+        "ok_share": int(run["ok"]) / requests if requests else 0.0,  # type: ignore[call-overload]
+        "dropped": float(run["dropped"]),  # type: ignore[arg-type]
+        "cpu_share": float(run["cpu_share"]),  # type: ignore[arg-type]
+        "sim_cpu_share": sim_share,
+        "ttft_p50": float(run["ttft_p50_ms"]),  # type: ignore[arg-type]
+        "achieved_rate": requests / (ns.seconds - WARMUP_SECONDS),
+        "other_load": float(run["other_load"]),  # type: ignore[arg-type]
+    }
+
+
+def report(
+    rates: list[float], clients: list[str], runs: dict[tuple[float, str], list[dict[str, float]]]
+) -> None:
+    def med(rate: float, client: str, key: str) -> float:
+        return median(r[key] for r in runs[(rate, client)])
+
+    print(f"\nmedians of {len(next(iter(runs.values())))} runs; dispatch lag in ms")
+    columns = (  # key, heading, digits, width
+        ("achieved_rate", "achieved", 1, 9), ("lag_p50", "lag p50", 3, 8),
+        ("lag_p99", "lag p99", 2, 8), ("lag_max", "lag max", 2, 8), ("ok_share", "ok", 3, 6),
+        ("dropped", "dropped", 0, 8), ("cpu_share", "client cpu", 2, 11),
+        ("sim_cpu_share", "sim cpu", 2, 8), ("ttft_p50", "TTFT p50", 1, 9),
+        ("other_load", "other", 2, 6),
+    )  # fmt: skip
+    print(f"{'rate/s':>7} {'client':<16} " + " ".join(f"{h:>{w}}" for _, h, _, w in columns))
+    for rate in rates:
+        for client in clients:
+            cells = (fmt(med(rate, client, k), d).rjust(w) for k, _, d, w in columns)
+            print(f"{rate:>7.0f} {client:<16} " + " ".join(cells))
+    for client in clients:
+        good = [
+            rate
+            for rate in rates
+            if med(rate, client, "lag_p99") <= LAG_GOAL_MS
+            and med(rate, client, "ok_share") == 1.0
+            and med(rate, client, "dropped") == 0
+        ]
+        best = f"{max(good):.0f}/s" if good else "none of those tried"
+        print(f"{client}: highest rate with dispatch lag p99 ≤ {LAG_GOAL_MS:g} ms: {best}")
+
+
+if __name__ == "__main__":
+    main()

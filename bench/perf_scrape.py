@@ -1,0 +1,173 @@
+"""Scrape cost: rendering `/metrics` for 20 targets with full histograms.
+
+    .venv/bin/python bench/perf_scrape.py [--targets 20] [--results 500] [--repeats 5]
+
+Builds the daemon's real app (`prober.web.build_app`: Metrics plus the capacity collector) for
+N targets without starting it, records `--results` synthetic results per target and mode
+(probe and load: log-normal TTFT, 64 tokens with log-normal gaps, a few failures, server
+timings), which fills every histogram's buckets, exemplars included, then times:
+
+- `generate_latest` (Prometheus text 0.0.4) and the OpenMetrics renderer, in-process;
+- the daemon's own `/metrics` handler over HTTP as Prometheus calls it (OpenMetrics Accept
+  header, gzip), round trip on loopback.
+
+Each figure is the median of `--repeats` medians of 30 renders. The render runs on the event
+loop: while it runs, no token is stamped, so its time is also the worst stall a scrape adds
+to a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from perf_common import fmt, median
+
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+RENDERS = 30
+
+
+def build(targets: int, results: int) -> tuple[object, object]:
+    """The daemon's app and registry, with `results` results recorded per target and mode."""
+    from prober.result import Outcome, RequestResult, TokenSource
+    from prober.settings import load_settings
+    from prober.web import CAPACITY, METRICS, TARGETS, build_app
+
+    lines = ["targets:"]
+    for i in range(targets):
+        lines += [
+            f"  - name: target-{i:02d}",
+            f"    url: http://127.0.0.1:{20000 + i}/v1",
+            f"    model: model-{i % 4}",
+            f"    metrics_url: http://127.0.0.1:{20000 + i}/metrics",
+        ]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yml"
+        path.write_text("\n".join(lines) + "\n")
+        app = build_app(load_settings(path))
+    metrics = app[METRICS]
+    rng = random.Random(1)
+    outcomes = [Outcome.OK] * 95 + [Outcome.HTTP_5XX, Outcome.TIMEOUT_FIRST_TOKEN, Outcome.STALLED,
+                                    Outcome.HTTP_429, Outcome.PROTOCOL_ERROR]  # fmt: skip
+    base = time.perf_counter_ns()
+    for name, target in app[TARGETS].items():
+        metrics.describe_target(target.labels, target.slo, 15.0)
+        for mode in ("probe", "load"):
+            for n in range(results):
+                t_sched = base + n * 10**9
+                t_send = t_sched + int(rng.lognormvariate(-9, 1) * 1e9)
+                first = t_send + int(rng.lognormvariate(-1.5, 1.0) * 1e9)
+                stamps = [first]
+                for _ in range(63):
+                    stamps.append(stamps[-1] + int(rng.lognormvariate(-4, 0.6) * 1e9))
+                outcome = rng.choice(outcomes)
+                ok = outcome is Outcome.OK
+                result = RequestResult(
+                    outcome, t_sched, t_send, stamps[-1] + 100_000,
+                    request_id=f"chatcmpl-{rng.getrandbits(128):032x}", http_status=200,
+                    t_first_byte_ns=first - 1000, t_first_token_ns=first if ok else None,
+                    t_first_content_ns=first if ok else None,
+                    t_last_token_ns=stamps[-1] if ok else None,
+                    token_event_ns=tuple(stamps) if ok else (), prompt_tokens=64,
+                    output_tokens=64 if ok else 0, token_source=TokenSource.USAGE,
+                    server_prefill_seconds=rng.lognormvariate(-3, 0.5),
+                    server_decode_per_token_seconds=rng.lognormvariate(-4, 0.5),
+                    wall_start=time.time(),
+                )  # fmt: skip
+                metrics.record(result, target.labels, mode, target.slo)
+                app[CAPACITY][name].observe(result)
+    return app, metrics.registry
+
+
+def time_median(fn: Callable[[], object], renders: int = RENDERS) -> tuple[float, int]:
+    times = []
+    size = 0
+    for _ in range(renders):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        size = len(out) if isinstance(out, bytes) else size
+    return statistics.median(times), size
+
+
+async def time_http(app: object, renders: int = RENDERS) -> tuple[float, int]:
+    import aiohttp
+    from aiohttp import web
+
+    handler = next(
+        r.handler
+        for r in app.router.routes()  # type: ignore[attr-defined]
+        if r.method == "GET" and r.resource is not None and r.resource.canonical == "/metrics"
+    )
+    bare = web.Application()
+    bare.router.add_get("/metrics", handler)
+    runner = web.AppRunner(bare, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+    times = []
+    size = 0
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            for _ in range(renders):
+                t0 = time.perf_counter()
+                async with session.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as r:
+                    body = await r.read()
+                times.append((time.perf_counter() - t0) * 1e3)
+                size = len(body)
+    finally:
+        await runner.cleanup()
+    return statistics.median(times), size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", type=int, default=20)
+    parser.add_argument("--results", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=5)
+    ns = parser.parse_args()
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    app, registry = build(ns.targets, ns.results)
+    figures: dict[str, list[float]] = {"text": [], "openmetrics": [], "http": []}
+    sizes: dict[str, int] = {}
+    for _ in range(ns.repeats):
+        ms, sizes["text"] = time_median(lambda: generate_latest(registry))  # type: ignore[arg-type]
+        figures["text"].append(ms)
+        ms, sizes["openmetrics"] = time_median(lambda: generate_openmetrics(registry))  # type: ignore[arg-type]
+        figures["openmetrics"].append(ms)
+        ms, sizes["http"] = asyncio.run(time_http(app))
+        figures["http"].append(ms)
+    text = generate_latest(registry).decode()  # type: ignore[arg-type]
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    print(f"{ns.targets} targets × 2 modes, {ns.results} results each: {series} series")
+    print(f"medians of {ns.repeats} × {RENDERS} renders, ms (goal < 10 ms)")
+    print(f"{'what':<44} {'median ms':>10} {'min':>7} {'max':>7} {'bytes':>9}")
+    names = {
+        "text": "generate_latest (text 0.0.4)",
+        "openmetrics": "generate_latest (OpenMetrics, exemplars)",
+        "http": "GET /metrics handler (OpenMetrics + gzip)",
+    }
+    for key, label in names.items():
+        values = figures[key]
+        print(
+            f"{label:<44} {fmt(median(values)):>10} {fmt(min(values)):>7} {fmt(max(values)):>7} "
+            f"{sizes[key]:>9}"
+        )
+
+
+if __name__ == "__main__":
+    main()
