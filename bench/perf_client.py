@@ -1,21 +1,26 @@
 """Client overhead and accuracy: llm-prober's streaming client against the thinnest possible one.
 
     .venv/bin/python bench/perf_client.py [--levels 1,50,200] [--repeats 3]
-        [--clients raw,prober,prober@uvloop] [--sim-loop asyncio|uvloop] [--json FILE]
+        [--clients raw,prober,prober@uvloop] [--before DIR] [--sim-loop asyncio|uvloop]
+        [--no-pin] [--default-malloc] [--json FILE]
 
-The simulator runs in a process of its own with a 10 ms decode step, no batch slowdown and more
-slots than streams, and records `perf_counter_ns()` right after each token event was written to
-the socket. Each client runs in a fresh process, streams `--tokens` tokens on N concurrent
-streams (several waves of N after one warm-up wave), and reports its per-token arrival stamps
-and its own CPU time. Per token, error = client arrival stamp − server write stamp (both
-CLOCK_MONOTONIC). TTFT error is that of the first token; ITL error is |client gap − server gap|.
+The simulator runs in a process of its own (10 ms decode step, no batch slowdown, more slots
+than streams, 1 ms prefill) and records `perf_counter_ns()` right after each token event was
+written to the socket. Each client runs in a fresh process: one warm-up wave of N streams,
+then N lanes streaming `--tokens`-token answers back to back, lane i starting i/N of a stream
+late, so N streams are always in flight with their starts and ends spread over the engine's
+steps while every step sends a token to all N at once. It reports its per-token arrival stamps
+and its CPU time over the lanes. Per token, error = client arrival stamp − server write stamp
+(both CLOCK_MONOTONIC). TTFT error is that of the first token; ITL error is |client gap −
+server gap|. With two cores or more the simulator and the client get one each (`--no-pin`).
 
-`raw` is the floor: asyncio streams, a hand-built HTTP/1.1 POST, `data: ` found in the raw
-bytes, a stamp per read, the response id extracted once, no JSON parsing. `prober` is
-`prober.request.stream_request` on the daemon's own session, with `Metrics.record` of every
-result, exactly the daemon's per-request work. A `@uvloop` suffix runs that client on uvloop.
-With `--before DIR`, client `before` is `prober` imported from DIR (e.g. an unpacked
-`git archive` of an older commit), for before/after ratios in the same run.
+`raw` is the floor: asyncio streams on kept-alive connections, a hand-built HTTP/1.1 POST,
+`data: ` found in the raw bytes, a stamp per read, the response id extracted once, no JSON
+parsing. `prober` is `prober.request.stream_request` on the daemon's own session, with
+`Metrics.record` of every result, the daemon's per-request work. Client specs are
+`MODE[@LOOP][+gc]`: `@uvloop` runs it on uvloop, `+gc` applies the proposed GC tuning after
+the warm-up. With `--before DIR`, client `before` is `prober` imported from DIR (e.g. an
+unpacked `git archive` of an older commit), for before/after ratios in the same run.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Open-loop capacity: the Poisson rate one llm-prober process sustains, and its dispatch lag.
 
     .venv/bin/python bench/perf_load.py [--rates 50,100,200,300,400] [--seconds 20]
-        [--repeats 3] [--clients prober,prober@uvloop] [--before DIR] [--json FILE]
+        [--repeats 3] [--clients prober,prober@uvloop+gc] [--before DIR] [--no-pin] [--json FILE]
 
 Each run is a fresh process that drives `LoadDriver` exactly as the daemon does (metrics on a
 private registry, the capacity estimator fed every result) at one Poisson rate, 64 output
@@ -10,6 +10,8 @@ slowdown, 4096 slots: it never queues). Dispatch lag is `t_send − t_sched` of 
 scheduled after a 2 s warm-up. The sustained rate is the highest one whose median p99 lag
 stays ≤ 5 ms with nothing dropped and every request ok; the simulator's CPU share is printed
 beside it, because on a small machine the simulator can run out of core before the client.
+The simulator and the prober get a core each when there are two (`--no-pin`); client specs
+are `MODE[@LOOP][+gc]` as in `perf_client.py`.
 """
 
 from __future__ import annotations

@@ -182,7 +182,15 @@ class _Exchange:
             # An unparsable status line or header block. Never repr() it: its request_info
             # holds the request headers, credentials included.
             return self.finish(Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {exc.message}")
-        except (StreamError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        except (
+            StreamError,
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            IndexError,
+            RecursionError,
+        ) as exc:
             # ValueError covers invalid JSON; the others an event of the wrong shape.
             return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(exc)}")
         except (aiohttp.ClientError, OSError) as exc:
