@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from prober.bench import add_bench_parser, run_bench
+from tests.integration.bench_report import fig
 from tests.integration.engine import llama_server_fixture
 
 pytestmark = pytest.mark.engine
@@ -80,13 +81,6 @@ def clean(run: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
             return docs
         print(f"\nattempt {attempt}: the machine stalled the run ({'; '.join(found[:3])})")
     return docs
-
-
-def fig(level: dict[str, Any], *path: str) -> float:
-    node: Any = level
-    for key in path:
-        node = node[key]
-    return float(node)
 
 
 def row(level: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ import pytest
 
 from prober.bench import add_bench_parser, run_bench
 from prober.sim import SimConfig, bound_port, serve
+from tests.integration.bench_report import fig
 
 PREFILL_TPS = 4000.0
 DECODE_STEP = 0.01
@@ -61,13 +62,6 @@ def bench(base: str, tmp_path: Path, *argv: str) -> dict[str, Any]:
     assert run_bench(args) == 0
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
-
-
-def fig(level: dict[str, Any], *path: str) -> float:
-    node: Any = level
-    for key in path:
-        node = node[key]
-    return float(node)
 
 
 def row(level: dict[str, Any]) -> str:
