@@ -122,20 +122,25 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def run_daemon(config: Path | None) -> int:
+    from prober.runtime import new_event_loop, tune_gc
     from prober.web import WEB_CONFIG, build_app
 
     settings = load_settings(config)
     setup_logging(settings.logging.format, settings.logging.level)
     log = get_logger("prober")
     server = settings.server
+    loop, loop_name = new_event_loop(server.event_loop)
+    asyncio.set_event_loop(loop)
     app = build_app(settings)
     web_config = app[WEB_CONFIG]
+    tune_gc()  # after start-up allocated its long-lived objects
     log.info(
         "starting", version=__version__, listen=server.listen, targets=len(settings.targets),
-        tls=web_config.tls, basic_auth=bool(web_config.users),
+        tls=web_config.tls, basic_auth=bool(web_config.users), event_loop=loop_name,
     )  # fmt: skip
     web.run_app(
         app,
+        loop=loop,
         host=server.host,
         port=server.port,
         ssl_context=web_config.ssl_context(),

@@ -9,6 +9,7 @@ by `resolve_api_key`, and never stored in `Settings`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -33,6 +34,7 @@ from pydantic_settings import (
 
 from prober.logs import register_secret
 from prober.request import Api
+from prober.runtime import EventLoopChoice
 from prober.webconfig import load_web_config
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
@@ -164,6 +166,14 @@ class ServerConfig(_Strict):
     listen: str = "0.0.0.0:9470"
     grace_seconds: PositiveSeconds = 10.0
     web_config_file: Path | None = None  # exporter-toolkit shape: TLS, basic auth
+    event_loop: EventLoopChoice = "auto"  # auto: uvloop when installed (prober/runtime.py)
+
+    @field_validator("event_loop")
+    @classmethod
+    def _event_loop(cls, value: EventLoopChoice) -> EventLoopChoice:
+        if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise ValueError("uvloop is not installed (pip install 'llm-prober[fast]')")
+        return value
 
     @field_validator("web_config_file")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -148,6 +149,10 @@ def test_daemon_serves_and_exits_0_on_sigterm_within_grace(tmp_path: Path, sim_p
         output = proc.stdout.read() if proc.stdout else ""
     assert code == 0, output
     assert elapsed < 1 + 5, f"shutdown took {elapsed:.1f}s with a 1 s grace"
-    events = [json.loads(line)["event"] for line in output.splitlines() if line.startswith("{")]
+    logs = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    events = [log["event"] for log in logs]
     assert "starting" in events
     assert "stopped" in events
+    # The `fast` extra is installed for the tests: the daemon must have picked uvloop up.
+    loop = next(log["event_loop"] for log in logs if log["event"] == "starting")
+    assert loop.startswith("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
