@@ -5,15 +5,18 @@
 Builds the daemon's real app (`prober.web.build_app`: Metrics plus the capacity collector) for
 N targets without starting it, records `--results` synthetic results per target and mode
 (probe and load: log-normal TTFT, 64 tokens with log-normal gaps, a few failures, server
-timings), which fills every histogram's buckets, exemplars included, then times:
+timings), which fills every histogram's buckets, exemplars included, then times, interleaved:
 
-- `generate_latest` (Prometheus text 0.0.4) and the OpenMetrics renderer, in-process;
-- the daemon's own `/metrics` handler over HTTP as Prometheus calls it (OpenMetrics Accept
-  header, gzip), round trip on loopback.
+- prometheus-client's encoders (`generate_latest`, text 0.0.4, and the OpenMetrics one);
+- the daemon's renderer (`prober.exposition.FastExposition`) in both formats, checking once
+  that its output is byte-identical to the library's; its first render, which builds every
+  series' prefix, is reported apart ("cold");
+- `GET /metrics` over HTTP as Prometheus asks for it (OpenMetrics Accept header, gzip), round
+  trip on loopback, through the daemon's handler and through `make_aiohttp_handler`.
 
-Each figure is the median of `--repeats` medians of 30 renders. The render runs on the event
-loop: while it runs, no token is stamped, so its time is also the worst stall a scrape adds
-to a measurement.
+Each figure is the median of `--repeats` medians of 30 renders, and the ratio column is
+library ÷ daemon for the same format. A render runs on the event loop: while it runs no
+token is stamped, so its time is also the worst stall a scrape adds to a measurement.
 """
 
 from __future__ import annotations
@@ -100,15 +103,10 @@ def time_median(fn: Callable[[], object], renders: int = RENDERS) -> tuple[float
     return statistics.median(times), size
 
 
-async def time_http(app: object, renders: int = RENDERS) -> tuple[float, int]:
+async def time_http(handler: object, renders: int = RENDERS) -> tuple[float, int]:
     import aiohttp
     from aiohttp import web
 
-    handler = next(
-        r.handler
-        for r in app.router.routes()  # type: ignore[attr-defined]
-        if r.method == "GET" and r.resource is not None and r.resource.canonical == "/metrics"
-    )
     bare = web.Application()
     bare.router.add_get("/metrics", handler)
     runner = web.AppRunner(bare, access_log=None)
@@ -132,6 +130,14 @@ async def time_http(app: object, renders: int = RENDERS) -> tuple[float, int]:
     return statistics.median(times), size
 
 
+def daemon_handler(app: object) -> object:
+    return next(
+        r.handler
+        for r in app.router.routes()  # type: ignore[attr-defined]
+        if r.method == "GET" and r.resource is not None and r.resource.canonical == "/metrics"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", type=int, default=20)
@@ -139,34 +145,60 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     ns = parser.parse_args()
     from prometheus_client import generate_latest
+    from prometheus_client.aiohttp import make_aiohttp_handler
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+    from prober.exposition import OPENMETRICS, TEXT, FastExposition
+
     app, registry = build(ns.targets, ns.results)
-    figures: dict[str, list[float]] = {"text": [], "openmetrics": [], "http": []}
+    fast = FastExposition(registry)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    cold = fast.render(OPENMETRICS)
+    cold_ms = (time.perf_counter() - t0) * 1e3
+    assert cold == generate_openmetrics(registry), "OpenMetrics output differs from the library's"
+    assert fast.render(TEXT) == generate_latest(registry), "text output differs"  # type: ignore[arg-type]
+    runs: dict[str, Callable[[], object]] = {
+        "text/library": lambda: generate_latest(registry),  # type: ignore[arg-type]
+        "text/daemon": lambda: fast.render(TEXT),
+        "openmetrics/library": lambda: generate_openmetrics(registry),
+        "openmetrics/daemon": lambda: fast.render(OPENMETRICS),
+    }
+    handlers = {
+        "http/library": make_aiohttp_handler(registry),  # type: ignore[arg-type]
+        "http/daemon": daemon_handler(app),
+    }
+    figures: dict[str, list[float]] = {key: [] for key in [*runs, *handlers]}
     sizes: dict[str, int] = {}
     for _ in range(ns.repeats):
-        ms, sizes["text"] = time_median(lambda: generate_latest(registry))  # type: ignore[arg-type]
-        figures["text"].append(ms)
-        ms, sizes["openmetrics"] = time_median(lambda: generate_openmetrics(registry))  # type: ignore[arg-type]
-        figures["openmetrics"].append(ms)
-        ms, sizes["http"] = asyncio.run(time_http(app))
-        figures["http"].append(ms)
+        for key, fn in runs.items():
+            ms, sizes[key] = time_median(fn)
+            figures[key].append(ms)
+        for key, handler in handlers.items():
+            ms, sizes[key] = asyncio.run(time_http(handler))
+            figures[key].append(ms)
     text = generate_latest(registry).decode()  # type: ignore[arg-type]
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     print(f"{ns.targets} targets × 2 modes, {ns.results} results each: {series} series")
-    print(f"medians of {ns.repeats} × {RENDERS} renders, ms (goal < 10 ms)")
-    print(f"{'what':<44} {'median ms':>10} {'min':>7} {'max':>7} {'bytes':>9}")
+    print(f"medians of {ns.repeats} × {RENDERS} renders, ms (goal < 10 ms); outputs identical")
+    print(f"{'what':<46} {'median ms':>10} {'min':>7} {'max':>7} {'bytes':>9} {'library ÷':>10}")
     names = {
-        "text": "generate_latest (text 0.0.4)",
-        "openmetrics": "generate_latest (OpenMetrics, exemplars)",
-        "http": "GET /metrics handler (OpenMetrics + gzip)",
+        "text/library": "prometheus-client generate_latest (text)",
+        "text/daemon": "daemon renderer (text)",
+        "openmetrics/library": "prometheus-client OpenMetrics (exemplars)",
+        "openmetrics/daemon": "daemon renderer (OpenMetrics, exemplars)",
+        "http/library": "GET /metrics, make_aiohttp_handler (OM+gzip)",
+        "http/daemon": "GET /metrics, daemon handler (OM+gzip)",
     }
     for key, label in names.items():
         values = figures[key]
+        ratio = ""
+        if key.endswith("/daemon"):
+            ratio = f"{median(figures[key.replace('daemon', 'library')]) / median(values):.1f}×"
         print(
-            f"{label:<44} {fmt(median(values)):>10} {fmt(min(values)):>7} {fmt(max(values)):>7} "
-            f"{sizes[key]:>9}"
+            f"{label:<46} {fmt(median(values)):>10} {fmt(min(values)):>7} {fmt(max(values)):>7} "
+            f"{sizes[key]:>9} {ratio:>10}"
         )
+    print(f"daemon renderer, first (cold) render building every prefix: {fmt(cold_ms)} ms")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,7 @@ class QueueEstimator:
         self._occupancy = SlotOccupancy()
         # (finish time, queue wait, decode seconds) of recent successful requests.
         self._recent: deque[tuple[float, float, float]] = deque()
+        self._sums = [0.0, 0.0]  # of the waits and decode times in `_recent`, kept as it moves
         self.own_load: OwnLoad | None = None
         self.server_drain_rate: Callable[[], float | None] = lambda: None
 
@@ -157,6 +158,8 @@ class QueueEstimator:
             decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
             now = self._clock()
             self._recent.append((now, wait, decode))
+            self._sums[0] += wait
+            self._sums[1] += decode
             self._forget_before(now - self._window)
             slot_start = result.t_first_token_ns / 1e9 - prefill
             peak = self._occupancy.add(slot_start, result.t_end_ns / 1e9)
@@ -166,14 +169,20 @@ class QueueEstimator:
 
     def _forget_before(self, cutoff: float) -> None:
         # Also on every observation: a daemon nobody scrapes must not grow without bound.
-        while self._recent and self._recent[0][0] < cutoff:
-            self._recent.popleft()
+        # Running sums keep `estimate()` O(1) per scrape, whatever the request rate.
+        recent, sums = self._recent, self._sums
+        while recent and recent[0][0] < cutoff:
+            _, wait, decode = recent.popleft()
+            sums[0] -= wait
+            sums[1] -= decode
+        if not recent:
+            sums[0] = sums[1] = 0.0  # no rounding left over from the subtractions
 
     def estimate(self) -> Estimate:
         self._forget_before(self._clock() - self._window)
         recent = self._recent
-        mean_wait = sum(w for _, w, _ in recent) / len(recent) if recent else None
-        mean_decode = sum(d for _, _, d in recent) / len(recent) if recent else None
+        mean_wait = max(0.0, self._sums[0]) / len(recent) if recent else None
+        mean_decode = max(0.0, self._sums[1]) / len(recent) if recent else None
         own = self.own_load
         if own is not None and own.slots > 0:
             slots = own.slots

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import random
 
 import pytest
 
@@ -96,3 +97,22 @@ def test_littles_law_path_uses_the_server_drain_rate() -> None:
     assert estimate.running == pytest.approx(4.0)  # μ · decode time
     clock[0] += 60  # outside the window: nothing recent, no figure
     assert estimator.estimate().waiting is None
+
+
+def test_window_means_follow_the_window_as_it_slides() -> None:
+    """The running sums give the same means as summing the window afresh, at every step."""
+    clock = [0.0]
+    estimator = QueueEstimator(window_seconds=10.0, clock=lambda: clock[0])
+    estimator.server_drain_rate = lambda: 1.0
+    rng = random.Random(3)
+    kept: list[tuple[float, float]] = []  # (finish time, queue wait) of each observation
+    for _ in range(2000):
+        clock[0] += rng.expovariate(20.0)
+        prefill = rng.uniform(0.01, 0.1)
+        wait = rng.choice([0.0, rng.uniform(0.0, 30.0)])
+        estimator.observe(_result(0.0, prefill + wait, prefill + wait + 1.0, prefill=prefill))
+        kept.append((clock[0], wait))
+        window = [w for t, w in kept if t >= clock[0] - 10.0]
+        assert estimator.estimate().wait_seconds == pytest.approx(sum(window) / len(window))
+    clock[0] += 11.0
+    assert estimator.estimate().wait_seconds is None
