@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import statistics
 import random
+import statistics
 
 import pytest
 

@@ -15,7 +15,12 @@ import pytest
 from prober import runtime
 from prober.settings import ConfigError, load_settings
 
-CONFIG = "server:\n  event_loop: {choice}\ntargets:\n  - name: a\n    url: http://x/v1\n    model: m\n"
+CONFIG = """\
+server:
+  event_loop: {choice}
+targets:
+  - {{name: a, url: "http://x/v1", model: m}}
+"""
 
 
 @pytest.fixture
