@@ -37,21 +37,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from perf_common import (
     FAST_SIM_ARGS,
+    STEP_SECONDS,
     Sim,
+    add_client_args,
+    add_run_args,
+    add_worker_args,
     client_spec,
+    client_worker,
     emit,
     exit_on_sigterm,
     fmt,
     median,
     pinning,
-    run_worker,
+    set_loop,
     summary,
     tune_gc,
     wait_quiet,
+    write_runs,
 )
 
 PROMPT = "Say something long. " * 8
-STEP_SECONDS = 0.01  # the simulator's decode step (FAST_SIM_ARGS)
 
 
 # -- workers (run in their own process) ------------------------------------------------------
@@ -166,10 +171,7 @@ async def _measure(ns: argparse.Namespace) -> dict[str, object]:
 
 
 def worker(ns: argparse.Namespace) -> None:
-    if ns.loop == "uvloop":
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    set_loop(ns.loop)
     emit(asyncio.run(_measure(ns)), ns.out)
 
 
@@ -213,33 +215,18 @@ def analyse(sim: Sim, run: dict[str, object]) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", default="1,50,200")
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--clients", default="raw,prober,prober@uvloop")
+    add_run_args(parser)
+    add_client_args(parser, "raw,prober,prober@uvloop")
     parser.add_argument("--sim-loop", default="asyncio", choices=["asyncio", "uvloop"])
-    parser.add_argument("--before", metavar="DIR", help="client `before`: prober from DIR")
-    parser.add_argument("--json", help="write every run's figures to this file")
-    parser.add_argument(
-        "--quiet", type=float, default=0.25, metavar="SHARE",
-        help="before each run, wait (up to 2 min) until other work uses under SHARE of the "
-        "machine (default 0.25)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--no-pin", action="store_true",
-        help="let the simulator and the client share cores (see bench/README.md)",
-    )  # fmt: skip
     parser.add_argument(
         "--default-malloc", action="store_true",
         help="leave glibc's mmap threshold alone in the clients (see bench/README.md)",
     )  # fmt: skip
     parser.add_argument("--worker", choices=["raw", "prober"], help=argparse.SUPPRESS)
-    parser.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    add_worker_args(parser)
     parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--per-lane", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--tune-gc", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stagger", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.worker:
         worker(ns)
@@ -253,23 +240,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for level in levels:
             for repeat in range(ns.repeats):
                 for client in clients:
-                    mode, loop, gc_tuned = client_spec(client)
-                    env = dict(os.environ)
-                    if not ns.default_malloc:
-                        env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
-                    if mode == "before":
-                        mode, env["PYTHONPATH"] = "prober", ns.before
-                    args = [
-                        __file__, "--worker", mode, "--loop", loop,
-                        *(["--tune-gc"] if gc_tuned else []),
-                        "--port", str(sim.port), "--concurrency", str(level),
-                        "--per-lane", str(per_lane(level)), "--tokens", str(ns.tokens),
-                        "--stagger", str(ns.tokens * STEP_SECONDS),
-                    ]  # fmt: skip
+                    args, env = worker_run(ns, sim, level, client)
                     wait_quiet(ns.quiet)
-                    figures = analyse(
-                        sim, run_worker(args, env=env, ours=[sim.proc.pid], cpus=client_cpus)
-                    )
+                    figures = analyse(sim, sim.run_worker(args, env, client_cpus))
                     runs.setdefault((level, client), []).append(figures)
                     print(
                         f"  c={level:<4} {client:<16} run {repeat + 1}: "
@@ -279,9 +252,24 @@ def main(argv: Sequence[str] | None = None) -> None:
                         file=sys.stderr,
                     )
     report(levels, clients, runs, ns.sim_loop, pinned=sim_cpus is not None)
-    if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump({f"{k[0]}:{k[1]}": v for k, v in runs.items()}, f, indent=1)
+    write_runs(ns.json, runs)
+
+
+def worker_run(
+    ns: argparse.Namespace, sim: Sim, level: int, client: str
+) -> tuple[list[str], dict[str, str] | None]:
+    """The worker's arguments and environment for one run of `client` at `level` streams."""
+    base = dict(os.environ)
+    if not ns.default_malloc:
+        base["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
+    mode, flags, env = client_worker(client, ns.before, base)
+    args = [
+        __file__, "--worker", mode, *flags,
+        "--port", str(sim.port), "--concurrency", str(level),
+        "--per-lane", str(per_lane(level)), "--tokens", str(ns.tokens),
+        "--stagger", str(ns.tokens * STEP_SECONDS),
+    ]  # fmt: skip
+    return args, env
 
 
 def report(

@@ -1,4 +1,5 @@
-"""Shared pieces of the performance benchmarks: processes, the simulator, clocks, statistics.
+"""Shared pieces of the performance benchmarks: processes, the simulator, clocks, statistics,
+and the command-line flags and worker plumbing the simulator-driven benchmarks have in common.
 
 Every figure these benchmarks print is a median over repeated runs or a ratio measured in the
 same run: the machines are small and shared, so one absolute time means little. Stamps are
@@ -7,6 +8,8 @@ same run: the machines are small and shared, so one absolute time means little. 
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
 import gc
 import json
@@ -21,21 +24,32 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# The fast local engine of the accuracy benchmark: every stream gets a token each 10 ms, batch
-# size does not slow it, there are more slots than streams, so nothing ever queues, and a
-# prompt's prefill costs 1 ms whatever its length (at the default 2,000 tokens/s a 40-token
-# prompt would stretch everyone's step by 20 ms and bunch the streams up).
-FAST_SIM_ARGS = (
-    "--slots", "512", "--decode-step", "0.01", "--decode-slowdown", "0",
-    "--prefill-base", "0.001", "--prefill-tps", "1e9",
-)  # fmt: skip
+STEP_SECONDS = 0.01  # the fast engine's decode step
+
+
+def fast_sim_args(slots: int = 512, prefill_base: float = 0.001) -> tuple[str, ...]:
+    """The fast local engine of the benchmarks, as `llm-prober sim` flags.
+
+    Every stream gets a token each 10 ms, batch size does not slow it, there are more slots
+    than streams, so nothing ever queues, and a prompt's prefill costs `prefill_base` whatever
+    its length (at the default 2,000 tokens/s a 40-token prompt would stretch everyone's step
+    by 20 ms and bunch the streams up).
+    """
+    return (
+        "--slots", str(slots), "--decode-step", f"{STEP_SECONDS:g}", "--decode-slowdown", "0",
+        "--prefill-base", f"{prefill_base:g}", "--prefill-tps", "1e9",
+    )  # fmt: skip
+
+
+FAST_SIM_ARGS = fast_sim_args()
 
 
 def loop_bootstrap(loop: str) -> str:
@@ -52,6 +66,16 @@ def cli_command(args: Sequence[str], loop: str = "asyncio") -> list[str]:
     main = "import sys\nfrom prober.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     code = loop_bootstrap(loop) + main
     return [PYTHON, "-c", code, *args]
+
+
+def spawn_cli(
+    args: Sequence[str], loop: str = "asyncio", cpus: set[int] | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m prober.cli ARGS` in a process of its own, output discarded, on `cpus` if set."""
+    return subprocess.Popen(
+        cli_command(args, loop), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=_affinity(cpus),
+    )  # fmt: skip
 
 
 def free_port() -> int:
@@ -103,11 +127,7 @@ class Sim:
         cpus: set[int] | None = None,
     ) -> None:
         self.port = free_port()
-        cmd = cli_command(["sim", "--port", str(self.port), *args], loop)
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=_affinity(cpus),
-        )  # fmt: skip
+        self.proc = spawn_cli(["sim", "--port", str(self.port), *args], loop, cpus)
         wait_http(f"http://127.0.0.1:{self.port}/health")
 
     @property
@@ -121,6 +141,16 @@ class Sim:
 
     def cpu_seconds(self) -> float:
         return proc_cpu_seconds(self.proc.pid)
+
+    def run_worker(
+        self, args: Sequence[str], env: dict[str, str] | None = None, cpus: set[int] | None = None
+    ) -> dict[str, object]:
+        """`run_worker` against this simulator, plus `sim_cpu_share`: the simulator's CPU
+        seconds over the run's wall time (a share of one core)."""
+        cpu0, wall0 = self.cpu_seconds(), time.monotonic()
+        out = run_worker(args, env=env, ours=[self.proc.pid], cpus=cpus)
+        out["sim_cpu_share"] = (self.cpu_seconds() - cpu0) / (time.monotonic() - wall0)
+        return out
 
     def close(self) -> None:
         self.proc.terminate()
@@ -222,6 +252,30 @@ def client_spec(spec: str) -> tuple[str, str, bool]:
     return mode, loop or "asyncio", bool(plus)
 
 
+def client_worker(
+    client: str, before: str | None, env: dict[str, str] | None = None
+) -> tuple[str, list[str], dict[str, str] | None]:
+    """Client spec `MODE[@LOOP][+gc]` → (worker mode, worker flags, worker environment).
+
+    Client `before` is mode `prober` imported from the directory `before`; the flags are the
+    worker's `--loop` and `--tune-gc`; `env` None inherits this process's environment.
+    """
+    mode, loop, gc_tuned = client_spec(client)
+    if mode == "before":
+        if before is None:
+            raise ValueError("client `before` needs --before DIR")
+        mode, env = "prober", {**(os.environ if env is None else env), "PYTHONPATH": before}
+    return mode, ["--loop", loop, *(["--tune-gc"] if gc_tuned else [])], env
+
+
+def set_loop(loop: str) -> None:
+    """In a worker, before `asyncio.run`: run on uvloop if `loop` says so, else on asyncio."""
+    if loop == "uvloop":
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so `with Sim(...)` still stops the simulator."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -270,7 +324,7 @@ def run_worker(
             raise RuntimeError(f"worker {args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         out = dict(json.loads(out_path.read_text()))
     # The worker reports its whole CPU time as `cpu_total` (see `emit`).
-    out["other_load"] = other.share(float(out.get("cpu_total", 0.0)))  # type: ignore[arg-type]
+    out["other_load"] = other.share(float(out.get("cpu_total", 0.0)))
     return out
 
 
@@ -283,3 +337,48 @@ def emit(result: dict[str, object], path: str) -> None:
 
 def fmt(value: float, digits: int = 2) -> str:
     return "—" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+# -- command-line flags the simulator-driven benchmarks share ---------------------------------
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """`--tokens`, `--repeats`, `--quiet`: what a stream asks for, how often each run is made,
+    and how idle the machine must be before it starts."""
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--quiet", type=float, default=0.25, metavar="SHARE",
+        help="before each run, wait (up to 2 min) until other work uses under SHARE of the "
+        "machine (default 0.25)",
+    )  # fmt: skip
+
+
+def add_client_args(parser: argparse.ArgumentParser, clients: str) -> None:
+    """`--clients`, `--before`, `--json`, `--no-pin`: which clients to compare, and how."""
+    parser.add_argument("--clients", default=clients)
+    parser.add_argument("--before", metavar="DIR", help="client `before`: prober from DIR")
+    parser.add_argument("--json", help="write every run's figures to this file")
+    parser.add_argument(
+        "--no-pin", action="store_true",
+        help="let the simulator and the client share cores (see bench/README.md)",
+    )  # fmt: skip
+
+
+def add_worker_args(parser: argparse.ArgumentParser, *, client: bool = True) -> None:
+    """The hidden flags a benchmark passes to its own worker process (`--worker` is its own).
+
+    `client`: the worker takes a client spec's `--loop` and `--tune-gc` (see `client_worker`).
+    """
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    if client:
+        parser.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
+        parser.add_argument("--tune-gc", action="store_true", help=argparse.SUPPRESS)
+
+
+def write_runs(path: str | None, runs: Mapping[tuple[Any, str], object]) -> None:
+    """`--json`: every run's figures, keyed `LEVEL:CLIENT`; nothing without a path."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({f"{k[0]}:{k[1]}": v for k, v in runs.items()}, f, indent=1)

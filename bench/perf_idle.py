@@ -24,13 +24,12 @@ import urllib.request
 from pathlib import Path
 
 from perf_common import (
-    ROOT,
     Sim,
-    cli_command,
     exit_on_sigterm,
     free_port,
     proc_cpu_seconds,
     proc_rss_bytes,
+    spawn_cli,
     wait_http,
 )
 
@@ -73,11 +72,7 @@ def main() -> None:
                 port = free_port()
                 path = Path(tmp) / f"config-{i}.yml"
                 path.write_text(config(sim.url, port))
-                cmd = cli_command(["run", "--config", str(path)], loop)
-                proc = subprocess.Popen(
-                    cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-                )
-                daemons.append((proc, port))
+                daemons.append((spawn_cli(["run", "--config", str(path)], loop), port))
             for _, port in daemons:
                 wait_http(f"http://127.0.0.1:{port}/-/healthy")
             time.sleep(SETTLE_SECONDS)

@@ -18,29 +18,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import sys
 import time
 from collections.abc import Sequence
 
 from perf_common import (
     Sim,
-    client_spec,
+    add_client_args,
+    add_run_args,
+    add_worker_args,
+    client_worker,
     emit,
     exit_on_sigterm,
+    fast_sim_args,
     fmt,
     median,
     pct,
     pinning,
-    proc_cpu_seconds,
-    run_worker,
+    set_loop,
     tune_gc,
     wait_quiet,
+    write_runs,
 )
 
-SIM_ARGS = ("--slots", "4096", "--decode-step", "0.01", "--decode-slowdown", "0",
-            "--prefill-base", "0.001", "--prefill-tps", "1e9")  # fmt: skip
+SIM_ARGS = fast_sim_args(slots=4096)
 WARMUP_SECONDS = 2.0
 LAG_GOAL_MS = 5.0
 
@@ -101,10 +102,7 @@ async def _drive(
 
 
 def worker(ns: argparse.Namespace) -> None:
-    if ns.loop == "uvloop":
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    set_loop(ns.loop)
     emit(asyncio.run(_drive(ns.port, ns.rate, ns.seconds, ns.tokens, ns.tune_gc)), ns.out)
 
 
@@ -112,27 +110,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="50,100,200,300,400")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--clients", default="prober")
-    parser.add_argument("--before", metavar="DIR", help="client `before`: prober from DIR")
-    parser.add_argument("--json", help="write every run's figures to this file")
-    parser.add_argument(
-        "--quiet",
-        type=float,
-        default=0.25,
-        metavar="SHARE",
-        help="before each run, wait until others use under SHARE of the machine",
-    )
-    parser.add_argument(
-        "--no-pin", action="store_true", help="let the simulator and the prober share cores"
-    )
+    add_run_args(parser)
+    add_client_args(parser, "prober")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    add_worker_args(parser)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--tune-gc", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.worker:
         worker(ns)
@@ -157,24 +139,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                     file=sys.stderr,
                 )
     report(rates, clients, runs)
-    if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump({f"{k[0]}:{k[1]}": v for k, v in runs.items()}, f, indent=1)
+    write_runs(ns.json, runs)
 
 
 def one_run(
     ns: argparse.Namespace, sim: Sim, rate: float, client: str, cpus: set[int] | None
 ) -> dict[str, float]:
-    mode, loop, gc_tuned = client_spec(client)
-    env = {**os.environ, "PYTHONPATH": ns.before} if mode == "before" else None
+    _, flags, env = client_worker(client, ns.before)
     args = [
-        __file__, "--worker", "--loop", loop, "--port", str(sim.port),
-        *(["--tune-gc"] if gc_tuned else []),
+        __file__, "--worker", *flags, "--port", str(sim.port),
         "--rate", str(rate), "--seconds", str(ns.seconds), "--tokens", str(ns.tokens),
     ]  # fmt: skip
-    sim_cpu0, wall0 = proc_cpu_seconds(sim.proc.pid), time.monotonic()
-    run = run_worker(args, env=env, ours=[sim.proc.pid], cpus=cpus)
-    sim_share = (proc_cpu_seconds(sim.proc.pid) - sim_cpu0) / (time.monotonic() - wall0)
+    run = sim.run_worker(args, env, cpus)
     lags: list[float] = run["lags_ms"]  # type: ignore[assignment]
     requests = int(run["requests"])  # type: ignore[call-overload]
     return {
@@ -184,7 +160,7 @@ def one_run(
         "ok_share": int(run["ok"]) / requests if requests else 0.0,  # type: ignore[call-overload]
         "dropped": float(run["dropped"]),  # type: ignore[arg-type]
         "cpu_share": float(run["cpu_share"]),  # type: ignore[arg-type]
-        "sim_cpu_share": sim_share,
+        "sim_cpu_share": float(run["sim_cpu_share"]),  # type: ignore[arg-type]
         "ttft_p50": float(run["ttft_p50_ms"]),  # type: ignore[arg-type]
         "achieved_rate": requests / (ns.seconds - WARMUP_SECONDS),
         "other_load": float(run["other_load"]),  # type: ignore[arg-type]

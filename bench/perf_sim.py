@@ -25,27 +25,27 @@ from collections.abc import Sequence
 
 from perf_client import raw_stream, request_bytes
 from perf_common import (
+    STEP_SECONDS,
     Sim,
+    add_run_args,
+    add_worker_args,
     emit,
     exit_on_sigterm,
+    fast_sim_args,
     fmt,
     median,
     pct,
     pinning,
-    run_worker,
+    set_loop,
     wait_quiet,
 )
-
-STEP_SECONDS = 0.01
 
 
 def sim_args(level: int) -> tuple[str, ...]:
     # No prefill cost: each admission would lengthen every step (1 ms at --prefill-base 0.001,
     # 6 admissions a step at 400 streams), and the engine model, not the process, would be
     # what runs out.
-    slots = str(max(level * 2, 512))
-    return ("--slots", slots, "--decode-step", str(STEP_SECONDS), "--decode-slowdown", "0",
-            "--prefill-base", "0", "--prefill-tps", "1e9")  # fmt: skip
+    return fast_sim_args(slots=max(level * 2, 512), prefill_base=0)
 
 
 async def _lane(port: int, request: bytes, deadline: int, out: list[list[int]]) -> None:
@@ -71,9 +71,7 @@ def worker(ns: argparse.Namespace) -> None:
     # The client on uvloop where installed: the cheapest client there is, so the simulator
     # runs out of core first.
     with contextlib.suppress(ImportError):
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        set_loop("uvloop")
     # Warm-up: one wave, then the measured window.
     asyncio.run(_keep_in_flight(ns.port, ns.level, 1.0, ns.tokens))
     t0 = time.perf_counter_ns()
@@ -94,14 +92,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", default="200,400,800,1600")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_run_args(parser)
     parser.add_argument("--sim-loop", default="asyncio", choices=["asyncio", "uvloop"])
-    parser.add_argument("--quiet", type=float, default=0.25, metavar="SHARE")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--level", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_worker_args(parser, client=False)
     ns = parser.parse_args(argv)
     if ns.worker:
         worker(ns)
@@ -118,11 +113,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     __file__, "--worker", "--port", str(sim.port), "--level", str(level),
                     "--seconds", str(ns.seconds), "--tokens", str(ns.tokens),
                 ]  # fmt: skip
-                cpu0 = sim.cpu_seconds()
-                t0 = time.monotonic()
-                run = run_worker(args, ours=[sim.proc.pid], cpus=client_cpus)
-                sim_share = (sim.cpu_seconds() - cpu0) / (time.monotonic() - t0)
+                run = sim.run_worker(args, cpus=client_cpus)
             ideal = level / STEP_SECONDS
+            sim_share = float(run["sim_cpu_share"])  # type: ignore[arg-type]
             tokens_s = float(run["tokens"]) / float(run["window"])  # type: ignore[arg-type]
             figures = {
                 "tokens_s": tokens_s,

@@ -19,16 +19,10 @@ targets:
     model: any
 """
 
-WITH_METRICS_AND_LOAD = """\
-server:
-  listen: "127.0.0.1:9470"
-targets:
-  - name: local
-    url: http://127.0.0.1:8080/v1
-    model: any
-    metrics_url: http://127.0.0.1:8080/metrics
-    load: {rate: 2.0, max_in_flight: 64}
-"""
+# MINIMAL's one target, with a metrics endpoint and a load generator.
+WITH_METRICS_AND_LOAD = MINIMAL + (
+    "    metrics_url: http://127.0.0.1:8080/metrics\n    load: {rate: 2.0, max_in_flight: 64}\n"
+)
 
 TARGET = "targets:\n  - name: a\n    url: http://x/v1\n    model: m\n"
 
