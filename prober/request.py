@@ -3,6 +3,11 @@
 `stream_request` never raises for server or network faults: every fault becomes an outcome
 (DESIGN section 1). Only cancellation propagates. Stamps are taken when a read returns, before
 any parsing, so JSON decoding never inflates a latency.
+
+`t_send` is stamped by aiohttp's client tracing just before the request is written to the
+connection, so it needs a session from `request_session` (one without the trace gets the start
+of the attempt instead, which is early by the connection's acquisition and, on Python < 3.12,
+by the loop iteration aiohttp waits before writing: up to ~8 ms in a burst of 200).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -81,6 +87,35 @@ def request_body(spec: RequestSpec) -> dict[str, Any]:
     return body
 
 
+def request_session(
+    connector: aiohttp.BaseConnector, headers: Mapping[str, str] | None = None
+) -> aiohttp.ClientSession:
+    """A client session for `stream_request`: no cookies (probes must not share state), and
+    the trace that stamps `t_send` when the request is written."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_on_request_chunk_sent)
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        headers=headers,
+        trace_configs=[trace],
+    )
+
+
+async def _on_request_chunk_sent(
+    session: aiohttp.ClientSession,
+    ctx: SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    # aiohttp buffers the request line and headers and writes them together with the first
+    # body chunk, right after this signal: the first one is the send. Not the headers signal:
+    # it fires before the write is even scheduled (on Python < 3.12 a task of its own that
+    # runs an iteration later).
+    exchange = ctx.trace_request_ctx
+    if isinstance(exchange, _Exchange) and exchange.t_send_ns is None:
+        exchange.t_send_ns = time.perf_counter_ns()
+
+
 class _Phase(StrEnum):
     CONNECT = "connect"
     FIRST_TOKEN = "first_token"
@@ -96,7 +131,8 @@ async def stream_request(
     """Send `spec` as one streaming request scheduled at `t_sched_ns`; return what it yielded.
 
     `on_first_token` is called once, when the first token arrives (the load driver counts
-    its requests still waiting for one).
+    its requests still waiting for one). After a stale-connection retry, `t_send` is the
+    retry's write, the one that reached the server; the deadlines stay the first attempt's.
     """
     first = _Exchange(session, spec, t_sched_ns, on_first_token)
     try:
@@ -105,11 +141,8 @@ async def stream_request(
         # A pooled keep-alive connection the server was closing as we reused it (llama-server
         # closes after every stream without saying so): nothing reached the server, so send
         # once more on a connection of its own, within the first attempt's deadlines.
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(force_close=True),
-            headers=session.headers,
-            cookie_jar=aiohttp.DummyCookieJar(),
-        ) as fresh:
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with request_session(connector, session.headers) as fresh:
             retry = _Exchange(fresh, spec, t_sched_ns, on_first_token)
             return await retry.run(deadlines=first.deadlines)
 
@@ -140,12 +173,15 @@ class _Exchange:
         )
         self.phase = _Phase.CONNECT
         self.wall_start = time.time()
-        self.t_send_ns = 0
+        self.t_start_ns = 0
+        self.t_send_ns: int | None = None  # set by `_on_request_chunk_sent`
         self.deadlines = (0.0, 0.0)  # (first token, total) on the loop's clock
 
     def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
+        # Nothing written (no connection) or no trace on the session: the attempt's start.
+        t_send = self.t_start_ns if self.t_send_ns is None else self.t_send_ns
         return self.state.result(
-            outcome, error, status, self.t_sched_ns, self.t_send_ns, time.perf_counter_ns(),
+            outcome, error, status, self.t_sched_ns, t_send, time.perf_counter_ns(),
             self.wall_start,
         )  # fmt: skip
 
@@ -153,7 +189,7 @@ class _Exchange:
         """One attempt; `deadlines` (a first attempt's) make this a retry that may not retry."""
         loop = asyncio.get_running_loop()
         timeouts = self.spec.timeouts
-        self.t_send_ns = time.perf_counter_ns()
+        self.t_start_ns = time.perf_counter_ns()
         started = loop.time()
         may_retry = deadlines is None
         if deadlines is None:
@@ -242,6 +278,7 @@ class _Exchange:
             json=request_body(spec),
             headers=headers,
             ssl=spec.ssl,
+            trace_request_ctx=self,
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=timeouts.connect_seconds, sock_connect=timeouts.connect_seconds
             ),

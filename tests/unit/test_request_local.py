@@ -315,6 +315,25 @@ async def test_tokens_then_silence_is_stalled() -> None:
     assert r.output_tokens == 2
 
 
+async def test_tokens_spaced_below_idle_rearm_the_watch_until_silence() -> None:
+    # Each token lands before the idle timer fires, so the timer must re-arm from the last
+    # token (not expire, not go quiet) until the real silence after the tenth.
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = await start_stream(request)
+        for _ in range(10):
+            await resp.write(chunk({"content": "t"}))
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(10)
+        return resp
+
+    async with serve(handler) as url:
+        r = await probe(url, Timeouts(first_token_seconds=3, idle_seconds=0.3, total_seconds=5))
+    assert r.outcome is Outcome.STALLED, r.error
+    assert r.error == "no event for 0.3s"
+    assert r.output_tokens == 10
+    assert len(r.token_event_ns) == 10
+
+
 async def test_keepalives_alone_do_not_count_as_events() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = await start_stream(request)
