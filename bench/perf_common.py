@@ -230,15 +230,17 @@ class OtherLoad:
         return max(0.0, machine - ours) / (wall * (os.cpu_count() or 1))
 
 
-# What a `+gc` client does after its warm-up, standing in for the daemon doing it after
-# start-up: move everything alive into the permanent generation (imports, app, session) so
-# full collections stop walking it, and collect the young generation every 10,000
-# allocations instead of every 700. A streamed token allocates several dicts, so with the
-# defaults a collection interrupts the stream every few dozen tokens.
+# What a `+gc` client does after its warm-up: what the daemon does after start-up
+# (`prober.runtime.tune_gc`, the same thresholds), repeated here because a `before` client
+# imports an older `prober` that lacks it. Everything alive moves to the permanent generation
+# (imports, app, session), so full collections stop walking it, and the young generation is
+# collected every 10,000 allocations instead of every 700: a streamed token allocates several
+# dicts, so with the defaults a collection interrupts the stream every few dozen tokens.
 GC_THRESHOLDS = (10_000, 10, 10)
 
 
 def tune_gc() -> None:
+    gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
