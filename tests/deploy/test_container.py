@@ -57,7 +57,7 @@ def test_multi_stage_slim_build() -> None:
     assert len(froms) >= 2
     for base in froms:
         image = base.split()[0]
-        assert args.get(image.strip("${}"), image) == "python:3.11-slim", base
+        assert args.get(image.strip("${}"), image) == "python:3.12-slim", base
 
 
 def test_runtime_stage_contract() -> None:
