@@ -4,10 +4,11 @@
 (DESIGN section 1). Only cancellation propagates. Stamps are taken when a read returns, before
 any parsing, so JSON decoding never inflates a latency.
 
-`t_send` is stamped by aiohttp's client tracing just before the request is written to the
-connection, so it needs a session from `request_session` (one without the trace gets the start
-of the attempt instead, which is early by the connection's acquisition and, on Python < 3.12,
-by the loop iteration aiohttp waits before writing: up to ~8 ms in a burst of 200).
+With a session from `wire.request_session` (the daemon's, the bench's), `t_send` is when the
+request is written and each read is stamped when the loop received its bytes from the socket
+(`wire.py` says why both). With any other session `t_send` is the attempt's start (early by
+the connection's set-up and, on Python < 3.12, by the loop iteration aiohttp waits before
+writing) and a read's stamp is when the read returned to this task.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -29,6 +29,7 @@ import aiohttp
 from prober.result import Outcome, RequestResult
 from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
 from prober.stream import Finish, InStreamError, StreamState
+from prober.wire import SendStamp, arrival_clock, request_session
 
 _ERROR_BODY_BYTES = 2048
 _STALE_WITHIN_SECONDS = 0.25
@@ -85,35 +86,6 @@ def request_body(spec: RequestSpec) -> dict[str, Any]:
         body["stream_options"] = {"include_usage": True}
     body.update(spec.extra_body)
     return body
-
-
-def request_session(
-    connector: aiohttp.BaseConnector, headers: Mapping[str, str] | None = None
-) -> aiohttp.ClientSession:
-    """A client session for `stream_request`: no cookies (probes must not share state), and
-    the trace that stamps `t_send` when the request is written."""
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(_on_request_chunk_sent)
-    return aiohttp.ClientSession(
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        headers=headers,
-        trace_configs=[trace],
-    )
-
-
-async def _on_request_chunk_sent(
-    session: aiohttp.ClientSession,
-    ctx: SimpleNamespace,
-    params: aiohttp.TraceRequestChunkSentParams,
-) -> None:
-    # aiohttp buffers the request line and headers and writes them together with the first
-    # body chunk, right after this signal: the first one is the send. Not the headers signal:
-    # it fires before the write is even scheduled (on Python < 3.12 a task of its own that
-    # runs an iteration later).
-    exchange = ctx.trace_request_ctx
-    if isinstance(exchange, _Exchange) and exchange.t_send_ns is None:
-        exchange.t_send_ns = time.perf_counter_ns()
 
 
 class _Phase(StrEnum):
@@ -174,12 +146,12 @@ class _Exchange:
         self.phase = _Phase.CONNECT
         self.wall_start = time.time()
         self.t_start_ns = 0
-        self.t_send_ns: int | None = None  # set by `_on_request_chunk_sent`
+        self.sent = SendStamp()  # set by the session's trace as the request is written
         self.deadlines = (0.0, 0.0)  # (first token, total) on the loop's clock
 
     def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
         # Nothing written (no connection) or no trace on the session: the attempt's start.
-        t_send = self.t_start_ns if self.t_send_ns is None else self.t_send_ns
+        t_send = self.sent.ns or self.t_start_ns
         return self.state.result(
             outcome, error, status, self.t_sched_ns, t_send, time.perf_counter_ns(),
             self.wall_start,
@@ -244,17 +216,18 @@ class _Exchange:
     async def _read_body(
         self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, total_deadline: float
     ) -> None:
-        """The hot loop: stamp each read as it returns, then parse it."""
+        """The hot loop: stamp each read (when its bytes arrived), then parse it."""
         loop = asyncio.get_running_loop()
         reader = _reader(self.spec)
         state = self.state
         content = resp.content
         feed = state.feed
         clock = time.perf_counter_ns
+        arrivals = arrival_clock(resp)
         idle: _IdleWatch | None = None
         try:
             while chunk := await content.readany():
-                t_ns = clock()
+                t_ns = clock() if arrivals is None else arrivals.received_ns
                 if state.t_first_byte_ns is None:
                     state.t_first_byte_ns = t_ns
                 if feed(reader, chunk, t_ns) and state.t_first_token_ns is not None:
@@ -278,7 +251,7 @@ class _Exchange:
             json=request_body(spec),
             headers=headers,
             ssl=spec.ssl,
-            trace_request_ctx=self,
+            trace_request_ctx=self.sent,
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=timeouts.connect_seconds, sock_connect=timeouts.connect_seconds
             ),

@@ -28,12 +28,12 @@ from prober.capacity import CapacityCollector, TargetCapacity
 from prober.exposition import metrics_handler
 from prober.load import LoadDriver
 from prober.metrics import Metrics
-from prober.request import request_session
 from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig, load_web_config
+from prober.wire import request_session
 
 SETTINGS = web.AppKey("settings", Settings)
 TARGETS = web.AppKey("targets", dict[str, Target])

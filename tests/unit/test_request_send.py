@@ -18,8 +18,9 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
-from prober.request import Api, RequestSpec, request_session, stream_request
+from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
+from prober.wire import request_session
 from tests.unit.test_request_local import (
     FAST,
     chunk,

@@ -1,0 +1,91 @@
+"""Where bytes meet the clock: the client session whose requests are stamped on the wire.
+
+Two stamps would be late if taken where the request code runs, because a task only runs when
+the event loop gets to it, after every callback queued before it:
+
+- **send**: on Python < 3.12 aiohttp writes a request from a task of its own, one loop
+  iteration after the request was set up. `t_send` comes from aiohttp's client trace
+  (`on_request_chunk_sent`): aiohttp buffers the request line and headers and writes them
+  with the first body chunk right after that signal, on every Python version.
+- **arrival**: when a batched engine step sends a token to 200 streams at once, the loop
+  receives all 200 sockets' bytes in one go (each `data_received` takes ~2 µs), then runs
+  the 200 reading tasks one after another (~10-15 µs each). A stamp taken in the task would
+  be late by the tasks ahead of it: up to ~2-3 ms for the last stream. The protocol notes
+  when the loop last handed it bytes from the socket, and the reader stamps each read with
+  that instant: never before the bytes it returns arrived, never after the read returned.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+
+
+class SendStamp:
+    """`ns`: when the request's first bytes were written (0 until then)."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+
+class ArrivalStampingHandler(ResponseHandler):
+    """aiohttp's client protocol, noting when the loop last handed it bytes (`received_ns`)."""
+
+    received_ns = 0
+
+    def data_received(self, data: bytes) -> None:
+        if data:  # aiohttp also calls it with b"" to resume decompression: no arrival
+            self.received_ns = time.perf_counter_ns()
+        super().data_received(data)
+
+
+def arrival_clock(resp: aiohttp.ClientResponse) -> ArrivalStampingHandler | None:
+    """The protocol stamping `resp`'s arrivals, or None (a session not from `request_session`)."""
+    connection = resp.connection
+    protocol = connection.protocol if connection is not None else None
+    return protocol if isinstance(protocol, ArrivalStampingHandler) else None
+
+
+def request_session(
+    connector: aiohttp.BaseConnector, headers: Mapping[str, str] | None = None
+) -> aiohttp.ClientSession:
+    """A session for `stream_request`: no cookies (probes must not share state), the trace
+    that stamps the send, and connections whose protocol stamps arrivals."""
+    _stamp_arrivals(connector)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_on_request_chunk_sent)
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        headers=headers,
+        trace_configs=[trace],
+    )
+
+
+def _stamp_arrivals(connector: aiohttp.BaseConnector) -> None:
+    # aiohttp makes each connection's protocol with `connector._factory`, a partial of
+    # ResponseHandler. Anything else (another aiohttp) is left alone: reads are then stamped
+    # when they return, as before, and tests/unit/test_wire.py fails.
+    factory = getattr(connector, "_factory", None)
+    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
+        stamping = functools.partial(ArrivalStampingHandler, *factory.args, **factory.keywords)
+        connector._factory = stamping  # type: ignore[assignment]
+
+
+async def _on_request_chunk_sent(
+    session: aiohttp.ClientSession,
+    ctx: SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    # The first chunk is the send (see the module's docstring). Not the headers signal: it
+    # fires before the write is even scheduled.
+    stamp = ctx.trace_request_ctx
+    if isinstance(stamp, SendStamp) and not stamp.ns:
+        stamp.ns = time.perf_counter_ns()

@@ -1,0 +1,137 @@
+"""prober.wire: reads are stamped when the loop received their bytes, not when the reading
+task got to run. Ordering and wide margins only: the loop is blocked on purpose for 100 ms,
+and the assertions allow half of that."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from prober.request import Api, RequestSpec, stream_request
+from prober.wire import ArrivalStampingHandler, request_session
+from tests.unit.test_request_local import FAST, chunk, serve, sse, start_stream
+
+BLOCK_SECONDS = 0.1
+
+
+def spec(url: str) -> RequestSpec:
+    return RequestSpec(url, Api.CHAT, "m", "hi", 4, timeouts=FAST)
+
+
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+@contextmanager
+def two_stream_server(go: threading.Event) -> Iterator[tuple[str, threading.Event, list[int]]]:
+    """A plain-socket server in a thread: answers two requests with SSE headers, then, once
+    `go` is set, writes one token to both sockets back to back and notes when (perf_counter
+    ns, the same clock as the client's), then ends both streams."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    headers_sent = threading.Event()
+    written: list[int] = []
+
+    def run() -> None:
+        conns = []
+        for _ in range(2):
+            conn, _ = listener.accept()
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(65536)
+            head, _, body = request.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(HEADERS)
+            conns.append(conn)
+        headers_sent.set()
+        go.wait(10)
+        written.append(time.perf_counter_ns())
+        for conn in conns:
+            conn.sendall(chunk({"content": "hi"}))
+        time.sleep(2 * BLOCK_SECONDS)
+        for conn in conns:
+            conn.sendall(chunk({}, "stop") + sse("[DONE]"))
+            conn.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", headers_sent, written
+    finally:
+        go.set()
+        thread.join(5)
+        listener.close()
+
+
+async def test_a_busy_reader_does_not_delay_the_next_streams_stamp() -> None:
+    """Two streams get their first token in the same loop iteration; whichever task runs
+    first blocks the loop for 100 ms. The other stream's stamp must not include that wait."""
+    go = threading.Event()
+    with two_stream_server(go) as (url, headers_sent, written):
+        async with request_session(aiohttp.TCPConnector(limit=0)) as session:
+
+            def block() -> None:
+                time.sleep(BLOCK_SECONDS)
+
+            tasks = [
+                asyncio.create_task(
+                    stream_request(session, spec(url), time.perf_counter_ns(), block)
+                )
+                for _ in range(2)
+            ]
+            assert await asyncio.to_thread(headers_sent.wait, 5)
+            await asyncio.sleep(0.05)  # both tasks are now waiting in their first read
+            go.set()
+            time.sleep(0.05)  # the loop is held while both tokens arrive: one poll sees both
+            results = await asyncio.gather(*tasks)
+    assert [r.outcome.value for r in results] == ["ok", "ok"], [r.error for r in results]
+    first = [r.t_first_token_ns for r in results]
+    assert all(t is not None and t >= written[0] for t in first)
+    assert abs(first[0] - first[1]) < BLOCK_SECONDS / 2 * 1e9  # type: ignore[operator]
+
+
+async def test_every_read_stamp_is_an_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each token's stamp is the instant some `data_received` noted, never a later one."""
+    arrivals: set[int] = set()
+    original = ArrivalStampingHandler.data_received
+
+    def noting(self: ArrivalStampingHandler, data: bytes) -> None:
+        original(self, data)
+        arrivals.add(self.received_ns)
+
+    monkeypatch.setattr(ArrivalStampingHandler, "data_received", noting)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = await start_stream(request)
+        for token in ("a", "b", "c"):
+            await asyncio.sleep(0.02)
+            await resp.write(chunk({"content": token}))
+        await resp.write(chunk({}, "stop") + sse("[DONE]"))
+        return resp
+
+    async with serve(handler) as url, request_session(aiohttp.TCPConnector()) as session:
+        result = await stream_request(session, spec(url), 0)
+    assert result.output_tokens == 3
+    assert set(result.token_event_ns) <= arrivals
+    assert result.t_first_byte_ns in arrivals
+
+
+async def test_a_plain_session_still_stamps_reads() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = await start_stream(request)
+        await resp.write(chunk({"content": "a"}) + chunk({}, "stop") + sse("[DONE]"))
+        return resp
+
+    async with serve(handler) as url, aiohttp.ClientSession() as session:
+        before = time.perf_counter_ns()
+        result = await stream_request(session, spec(url), before)
+    assert result.ok
+    assert before <= result.t_send_ns <= result.token_event_ns[0] <= result.t_end_ns
