@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -384,3 +384,17 @@ def write_runs(path: str | None, runs: Mapping[tuple[Any, str], object]) -> None
     if path:
         with open(path, "w") as f:
             json.dump({f"{k[0]}:{k[1]}": v for k, v in runs.items()}, f, indent=1)
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: Any) -> AsyncIterator[int]:
+    """Serve an aiohttp `app` on a free loopback port, in this loop; yield the port."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from perf_common import fmt, median
+from perf_common import fmt, median, serve_app
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
@@ -109,24 +109,16 @@ async def time_http(handler: object, renders: int = RENDERS) -> tuple[float, int
 
     bare = web.Application()
     bare.router.add_get("/metrics", handler)
-    runner = web.AppRunner(bare, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
     headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
     times = []
     size = 0
-    try:
-        async with aiohttp.ClientSession(auto_decompress=False) as session:
-            for _ in range(renders):
-                t0 = time.perf_counter()
-                async with session.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as r:
-                    body = await r.read()
-                times.append((time.perf_counter() - t0) * 1e3)
-                size = len(body)
-    finally:
-        await runner.cleanup()
+    async with serve_app(bare) as port, aiohttp.ClientSession(auto_decompress=False) as session:
+        for _ in range(renders):
+            t0 = time.perf_counter()
+            async with session.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as r:
+                body = await r.read()
+            times.append((time.perf_counter() - t0) * 1e3)
+            size = len(body)
     return statistics.median(times), size
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
+from perf_common import serve_app
 
 EVENT = b'data: {"choices":[{"index":0,"delta":{"content":" tok"}}]}\n\n'
 
@@ -82,29 +83,24 @@ async def server_side(streams: int, events: int) -> tuple[int, int]:
 
     app = web.Application()
     app.router.add_get("/", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
     loop = asyncio.get_running_loop()
-    try:
-        for i in range(streams):
-            sock = socket.socket()
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", port))
-            peers[str(i)] = sock
-            request = f"GET / HTTP/1.1\r\nHost: x\r\nX-Peer: {i}\r\n\r\n".encode()
-            await loop.sock_sendall(sock, request)
-        await ready.wait()
-        for _ in range(events):
-            async with step:
-                step.notify_all()  # every handler writes in the same loop iteration
-            await asyncio.sleep(0.01)
-    finally:
-        for sock in peers.values():
-            sock.close()
-        await runner.cleanup()
+    async with serve_app(app) as port:
+        try:
+            for i in range(streams):
+                sock = socket.socket()
+                sock.setblocking(False)
+                await loop.sock_connect(sock, ("127.0.0.1", port))
+                peers[str(i)] = sock
+                request = f"GET / HTTP/1.1\r\nHost: x\r\nX-Peer: {i}\r\n\r\n".encode()
+                await loop.sock_sendall(sock, request)
+            await ready.wait()
+            for _ in range(events):
+                async with step:
+                    step.notify_all()  # every handler writes in the same loop iteration
+                await asyncio.sleep(0.01)
+        finally:
+            for sock in peers.values():
+                sock.close()
     return arrived, total
 
 
