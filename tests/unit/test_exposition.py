@@ -7,6 +7,7 @@ each test renders both and compares them byte for byte.
 from __future__ import annotations
 
 import gzip
+import itertools
 import math
 from collections.abc import Iterator
 
@@ -35,6 +36,7 @@ from prober.exposition import OPENMETRICS, TEXT, FastExposition, fmt, metrics_ha
 from prober.metrics import Labels, Metrics
 from prober.result import Outcome, TokenSource
 from prober.timings import Slo
+from tests.unit.test_request_local import serve_app
 from tests.unit.test_timings import result
 
 PROMETHEUS_2 = (
@@ -218,43 +220,26 @@ def test_fmt_is_floatToGoString(value: float) -> None:
     assert fmt(value) == floatToGoString(value)
 
 
-async def _serve(handler: web.RequestHandler) -> tuple[web.AppRunner, str]:  # type: ignore[type-arg]
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-
-
 async def test_handler_answers_as_make_aiohttp_handler_does() -> None:
     registry = everything()
-    runners = [
-        await _serve(metrics_handler(registry)),
-        await _serve(make_aiohttp_handler(registry)),
-    ]
-    try:
-        async with aiohttp.ClientSession(auto_decompress=False) as session:
-            for accept in ACCEPTS:
-                for query in ("", "?name[]=requests_total&name[]=level"):
-                    for encoding in ("gzip", "identity"):
-                        answers = []
-                        for _, url in runners:
-                            headers = {"Accept": accept, "Accept-Encoding": encoding}
-                            async with session.get(url + query, headers=headers) as resp:
-                                body = await resp.read()
-                                encoded = resp.headers.get("Content-Encoding")
-                                if encoded == "gzip":
-                                    body = gzip.decompress(body)
-                                kind = resp.headers["Content-Type"]
-                                answers.append((resp.status, kind, encoded, body))
-                        assert answers[0] == answers[1], (accept, query, encoding)
-                        assert answers[0][0] == 200
-                        assert (answers[0][2] == "gzip") == (encoding == "gzip")
-    finally:
-        for runner, _ in runners:
-            await runner.cleanup()
+    app = web.Application()
+    app.router.add_get("/daemon", metrics_handler(registry))
+    app.router.add_get("/library", make_aiohttp_handler(registry))
+    queries = ("", "?name[]=requests_total&name[]=level")
+    async with serve_app(app) as root, aiohttp.ClientSession(auto_decompress=False) as session:
+        for accept, query, encoding in itertools.product(ACCEPTS, queries, ("gzip", "identity")):
+            answers = []
+            for path in ("/daemon", "/library"):
+                headers = {"Accept": accept, "Accept-Encoding": encoding}
+                async with session.get(root + path + query, headers=headers) as resp:
+                    body = await resp.read()
+                    encoded = resp.headers.get("Content-Encoding")
+                    if encoded == "gzip":
+                        body = gzip.decompress(body)
+                    answers.append((resp.status, resp.headers["Content-Type"], encoded, body))
+            assert answers[0] == answers[1], (accept, query, encoding)
+            assert answers[0][0] == 200
+            assert (answers[0][2] == "gzip") == (encoding == "gzip")
 
 
 @pytest.mark.parametrize("accept", ACCEPTS)

@@ -31,21 +31,27 @@ FAST = Timeouts(connect_seconds=2, first_token_seconds=3, idle_seconds=3, total_
 
 
 @asynccontextmanager
-async def serve(handler: Handler) -> AsyncIterator[str]:
-    """Serve `handler` on every endpoint; yield the OpenAI base URL (`http://127.0.0.1:N/v1`)."""
-    app = web.Application()
-    for path in ("/v1/chat/completions", "/v1/completions", "/api/chat"):
-        app.router.add_post(path, handler)
+async def serve_app(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on a free loopback port; yield its root URL (`http://127.0.0.1:N`)."""
     # Cancel handlers when the client goes away, so a sleeping handler never delays teardown.
     runner = web.AppRunner(app, shutdown_timeout=0.2, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = runner.addresses[0][1]
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    """Serve `handler` on every endpoint; yield the OpenAI base URL (`http://127.0.0.1:N/v1`)."""
+    app = web.Application()
+    for path in ("/v1/chat/completions", "/v1/completions", "/api/chat"):
+        app.router.add_post(path, handler)
+    async with serve_app(app) as root:
+        yield f"{root}/v1"
 
 
 async def probe(
