@@ -134,28 +134,29 @@ def roots_of(document: Any) -> set[str]:
     return known
 
 
-@given(TEXT)
-def test_property_arbitrary_text_raises_only_config_error(text: str) -> None:
+def check_raw(data: str | bytes) -> None:
+    """Write `data` as the config file, as YAML would read it, and check the outcome."""
     with isolated() as folder:
         path = folder / "config.yml"
-        path.write_text(text)
-        try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError:
-            document = None
-        check(path, roots_of(document))
-
-
-@given(st.binary(max_size=200))
-def test_property_arbitrary_bytes_raise_only_config_error(data: bytes) -> None:
-    with isolated() as folder:
-        path = folder / "config.yml"
-        path.write_bytes(data)
+        if isinstance(data, str):
+            path.write_text(data)
+        else:
+            path.write_bytes(data)
         try:
             document = yaml.safe_load(data)
         except yaml.YAMLError:
             document = None
         check(path, roots_of(document))
+
+
+@given(TEXT)
+def test_property_arbitrary_text_raises_only_config_error(text: str) -> None:
+    check_raw(text)
+
+
+@given(st.binary(max_size=200))
+def test_property_arbitrary_bytes_raise_only_config_error(data: bytes) -> None:
+    check_raw(data)
 
 
 @given(DOCUMENTS)
