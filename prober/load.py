@@ -101,7 +101,9 @@ class LoadDriver:
             delay = (t_sched_ns - time.perf_counter_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)
-            if self.in_flight.total >= cap:
+            # Count tasks, not `in_flight`: a task only counts itself there once it runs, and
+            # arrivals that fall due together (a stalled loop) are all dispatched before any runs.
+            if len(self._tasks) >= cap:
                 self._drop()
                 continue
             task = asyncio.create_task(self._one(t_sched_ns))

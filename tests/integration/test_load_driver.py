@@ -71,3 +71,19 @@ async def test_overdue_arrivals_are_sent_at_once_or_dropped_at_the_cap() -> None
     assert driver.dropped > 0
     assert after - before >= 10  # the overdue ones were all handled on the loop's return
     assert driver.in_flight.total == 0  # stop() cancelled and counted every request
+
+
+async def test_arrivals_falling_due_together_respect_the_cap() -> None:
+    """The loop stalls before any arrival ran: ten fall due at once, only the cap is sent."""
+    load = LoadConfig(rate=RATE, arrival="constant", max_in_flight=3, seed=1)
+    async with simulator(slots=1, decode_step_seconds=0.2) as url, client_session() as session:
+        driver = LoadDriver(session, target(url), load, None)
+        driver.start()
+        await asyncio.sleep(0.01)  # the schedule has started; its first arrival is at 50 ms
+        time.sleep(0.5)  # the loop is held: arrivals 1..10 are all overdue when it returns
+        await asyncio.sleep(0.05)
+        in_flight, sent, dropped = driver.in_flight.total, driver.sent, driver.dropped
+        await driver.stop(grace_seconds=0)
+    assert in_flight == 3
+    assert sent == 3
+    assert dropped >= 7
