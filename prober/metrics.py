@@ -154,6 +154,12 @@ class Metrics:
             registry=registry,
         )  # fmt: skip
 
+        self.probe_skipped = Counter(
+            "llmprober_probe_skipped", "Probe runs not started because the target's probes in "
+            "flight were at `probes_in_flight` (a slow endpoint thins the probes).",
+            TARGET_LABELS, registry=registry,
+        )  # fmt: skip
+
         self.load_in_flight = Gauge(
             "llmprober_load_in_flight", "Background-load requests in flight.", TARGET_LABELS,
             registry=registry,
