@@ -19,6 +19,7 @@ from typing import Any
 from prober.bench.config import BenchConfig, Mode, parse_levels
 from prober.bench.runner import BenchRunner, PreflightError
 from prober.request import Api
+from prober.runtime import LoopUnavailable, new_event_loop, tune_gc
 from prober.settings import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -53,7 +54,8 @@ def add_bench_parser(subparsers: Any) -> None:
     )
     p.add_argument("--url", required=True, help="OpenAI base URL, e.g. http://host:8080/v1")
     p.add_argument("--model", required=True)
-    p.add_argument("--api", choices=[Api.CHAT.value, Api.COMPLETIONS.value], default="chat")
+    p.add_argument("--api", choices=[a.value for a in Api], default="chat",
+                   help="chat, completions, or ollama (native /api/chat, NDJSON)")  # fmt: skip
     p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.CONCURRENCY.value,
                    help="concurrency: closed loop; rate: open loop (Poisson)")  # fmt: skip
     p.add_argument("--concurrency", metavar="C,C,...", default="1,2,4,8",
@@ -70,6 +72,9 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--out", metavar="FILE.json", type=Path, help="write the JSON report here")
     p.add_argument("--plot", metavar="DIR", type=Path, help="write PNG charts here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                   help="the client's loop, as the daemon's server.event_loop (auto: uvloop "
+                   "when installed)")  # fmt: skip
 
 
 def _number(args: argparse.Namespace, flag: str, kind: type[int] | type[float]) -> Any:
@@ -121,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         arrival=args.arrival,
         ignore_eos=args.ignore_eos,
         api_key_env=args.api_key_env,
+        event_loop=getattr(args, "event_loop", "auto"),
         **{k: v for k, v in given.items() if v is not None},
     )
 
@@ -139,7 +145,10 @@ def run_bench(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
-        doc = asyncio.run(measure(cfg, progress=not args.no_progress))
+        doc = _run_on_runtime(cfg, progress=not args.no_progress)
+    except LoopUnavailable as exc:
+        print(f"llm-prober bench: error: --event-loop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ConfigError as exc:  # e.g. --api-key-env names an unset variable
         print(f"llm-prober bench: error: {exc.problems[0]}", file=sys.stderr)
         return EXIT_USAGE
@@ -160,12 +169,38 @@ def run_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def measure(cfg: BenchConfig, *, progress: bool = False) -> dict[str, Any]:
-    """The library entry point: run the sweep, return the JSON report as a dict."""
+def _run_on_runtime(cfg: BenchConfig, *, progress: bool) -> dict[str, Any]:
+    """The sweep on the daemon's runtime (`prober/runtime.py`): its event loop (uvloop when
+    installed) and its GC tuning, applied once start-up has allocated its long-lived objects
+    and again before every level's clock. A bench on another loop than the daemon's would
+    measure another client."""
+    loop, loop_name = new_event_loop(cfg.event_loop)
+    tune_gc()
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        return runner.run(measure(cfg, progress=progress, event_loop=loop_name, freeze_heap=True))
+
+
+async def measure(
+    cfg: BenchConfig, *, progress: bool = False, event_loop: str = "", freeze_heap: bool = False
+) -> dict[str, Any]:
+    """The library entry point: run the sweep on the running loop, return the JSON report.
+
+    `event_loop` names that loop in the report (default: its class); `freeze_heap` applies
+    the GC freeze before each level (the command line does; a library caller may not want
+    its heap frozen)."""
     from prober.bench.progress import SweepProgress
     from prober.bench.report import build_report
 
+    name = event_loop or _loop_name(asyncio.get_running_loop())
     with SweepProgress(enabled=progress) as bar:
-        runner = BenchRunner(cfg, on_result=bar.on_result, on_phase=bar.on_phase)
+        runner = BenchRunner(
+            cfg, on_result=bar.on_result, on_phase=bar.on_phase, event_loop=name,
+            freeze_heap=freeze_heap,
+        )  # fmt: skip
         sweep = await runner.run()
     return build_report(cfg, sweep)
+
+
+def _loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    module = type(loop).__module__.split(".")[0]
+    return "uvloop" if module == "uvloop" else "asyncio"

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from prober.request import Api
+from prober.runtime import EventLoopChoice
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo
 
@@ -70,6 +71,7 @@ class BenchConfig:
     timeout_seconds: float = 300.0
     connect_timeout_seconds: float = 3.0
     max_in_flight: int = 1000
+    event_loop: EventLoopChoice = "auto"
 
     def __post_init__(self) -> None:
         _check_levels(self.mode, self.levels)
@@ -102,8 +104,8 @@ class BenchConfig:
             raise ValueError(f"--capacity-goodput: must be in (0, 1], got {self.capacity_goodput}")
         if self.api_key_env is not None and not os.environ.get(self.api_key_env):
             raise ValueError(f"--api-key-env: environment variable {self.api_key_env} is unset")
-        if self.api is Api.OLLAMA:
-            raise ValueError("--api: bench supports chat and completions")
+        if self.event_loop not in ("auto", "uvloop", "asyncio"):
+            raise ValueError(f"--event-loop: auto, uvloop or asyncio, got {self.event_loop!r}")
         # Built once here so a bad URL or model is a flag error, not a failure mid-sweep.
         self.target_config()
 

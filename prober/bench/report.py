@@ -2,8 +2,9 @@
 
 `build_report` turns a `SweepRun` into `{"config", "environment", "levels", "knee",
 "capacity"}`; each level carries its identity (`{"concurrency": C}` or `{"rate": R}`), the
-statistics of `stats.summarize`, and one record per measured request. `print_summary` renders
-the levels as a rich table, with the knee and capacity underneath.
+statistics of `stats.summarize`, the `client` block (`watch.verdict`: was the client itself
+the bottleneck?), and one record per measured request. `print_summary` renders the levels as
+a rich table, with the client warnings, the knee and the capacity underneath.
 """
 
 from __future__ import annotations
@@ -21,14 +22,19 @@ from rich.table import Table
 
 from prober import __version__, timings
 from prober.bench import stats
-from prober.bench.config import BenchConfig
+from prober.bench.config import BenchConfig, Mode
 from prober.bench.runner import LevelRun, SweepRun
+from prober.bench.watch import verdict
+from prober.estimate import PrefillBaseline
 from prober.result import RequestResult
 from prober.timings import NS_PER_S, Slo
 
 
 def build_report(cfg: BenchConfig, sweep: SweepRun) -> dict[str, Any]:
-    levels = [level_report(run, cfg.slo) for run in sweep.levels]
+    # One prefill envelope for the whole sweep: its least-loaded requests show the prefill.
+    every = [sweep.preflight, *(r for run in sweep.levels for r in run.results)]
+    baseline = stats.prefill_baseline(every)
+    levels = [level_report(run, cfg.slo, baseline, sweep.event_loop) for run in sweep.levels]
     return {
         "config": cfg.as_json(),
         "environment": environment(sweep),
@@ -38,15 +44,21 @@ def build_report(cfg: BenchConfig, sweep: SweepRun) -> dict[str, Any]:
     }
 
 
-def level_report(run: LevelRun, slo: Slo) -> dict[str, Any]:
+def level_report(
+    run: LevelRun, slo: Slo, baseline: PrefillBaseline | None = None, event_loop: str = ""
+) -> dict[str, Any]:
     key = run.level.key()
-    summary = stats.summarize(run.results, slo)
+    closed = run.level.mode is Mode.CONCURRENCY
+    concurrency = int(run.level.value) if closed else None
+    summary = stats.summarize(run.results, slo, baseline=baseline, concurrency=concurrency)
     origin = min((r.t_sched_ns for r in run.results), default=0)
     return {
         **key,
         "level": key,
         **summary,
+        "client": verdict(run.client, event_loop) if run.client is not None else None,
         "warmup_requests": run.warmup,
+        "connections_warmed": run.connections_warmed,
         "dropped": run.dropped,
         "requests": [request_record(r, origin, slo) for r in run.results],
     }
@@ -77,6 +89,7 @@ def environment(sweep: SweepRun) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "event_loop": sweep.event_loop or None,
         "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "preflight": {
             "ttft_seconds": timings.ttft(pre),
@@ -108,10 +121,22 @@ def _level_name(level: dict[str, Any]) -> str:
     return f"{level['rate']:g}/s"
 
 
+def _client_cell(lvl: dict[str, Any]) -> str:
+    client = lvl.get("client")
+    if not client:
+        return "-"
+    share = client.get("cpu_share")
+    mark = "BOUND " if client.get("client_bound") else ""
+    return f"{mark}{_num(share)}"
+
+
 def summary_table(doc: dict[str, Any]) -> Table:
-    table = Table(title=f"llm-prober bench: {doc['config']['model']} at {doc['config']['url']}")
+    loop = doc.get("environment", {}).get("event_loop")
+    on = f" (client on {loop})" if loop else ""
+    table = Table(title=f"llm-prober bench: {doc['config']['model']} at {doc['config']['url']}{on}")
     for name in ("level", "ok/all", "req/s", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
-                 "ITL p99", "E2E p50", "goodput", "L", "λW", "L/λW"):  # fmt: skip
+                 "ITL p99", "E2E p50", "goodput", "L", "λW", "L/λW", "λW/C",
+                 "client CPU"):  # fmt: skip
         table.add_column(name, justify="right")
     for lvl in doc["levels"]:
         little = lvl.get("littles_law", {})
@@ -129,9 +154,28 @@ def summary_table(doc: dict[str, Any]) -> Table:
             _num(little.get("mean_in_flight")),
             _num(little.get("lambda_times_w")),
             _num(little.get("ratio"), ".3f"),
+            _num(little.get("lambda_w_over_concurrency"), ".3f"),
+            _client_cell(lvl),
         )
-    table.caption = "latencies in ms; L = mean in flight, λW = completion rate × mean E2E"
+    table.caption = (
+        "latencies in ms; L = mean in flight, λW = completion rate × mean E2E, C = configured "
+        "concurrency; client CPU in cores, BOUND = the client was the bottleneck"
+    )
     return table
+
+
+def client_lines(doc: dict[str, Any]) -> list[str]:
+    """One warning per level whose client was the bottleneck: its latencies are suspect."""
+    lines = []
+    for lvl in doc["levels"]:
+        client = lvl.get("client") or {}
+        if client.get("client_bound"):
+            lines.append(
+                f"{_level_name(lvl['level'])}: the client was the bottleneck "
+                f"({'; '.join(client['reasons'])}): its latencies include the client's own "
+                "queueing and are not trustworthy"
+            )
+    return lines
 
 
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
@@ -155,11 +199,21 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
             f"mean E2E {cap['mean_e2e_from_send_seconds']:.3f}s)"
         )
         if "slots_needed" in cap:
-            lines.append(
-                f"slots for {cap['target_rate']:g} req/s by Little's law: "
-                f"{cap['concurrency_needed']:.2f} -> {cap['slots_needed']}"
-            )
+            lines.append(_slots_line(cap))
     return lines
+
+
+def _slots_line(cap: dict[str, Any]) -> str:
+    rate, w = cap["target_rate"], cap["mean_e2e_from_send_seconds"]
+    in_system = f"{cap['slots_needed']} in system ({rate:g} x {w:.3f}s E2E)"
+    if "slots_needed_service" not in cap:
+        return f"slots for {rate:g} req/s by Little's law: {in_system}"
+    wait = cap.get("mean_queue_wait_seconds") or 0.0
+    return (
+        f"slots for {rate:g} req/s by Little's law: {cap['slots_needed_service']} from "
+        f"service time ({rate:g} x {cap['mean_service_seconds']:.3f}s = E2E minus "
+        f"{wait:.3f}s queue wait), {in_system}"
+    )
 
 
 def print_summary(doc: dict[str, Any], console: Console | None = None) -> None:
@@ -167,5 +221,5 @@ def print_summary(doc: dict[str, Any], console: Console | None = None) -> None:
     if console is None and not out.is_terminal:
         out.width = 160  # a pipe or a file: do not squeeze the table into 80 columns
     out.print(summary_table(doc))
-    for line in verdict_lines(doc):
+    for line in [*client_lines(doc), *verdict_lines(doc)]:
         out.print(line, highlight=False)

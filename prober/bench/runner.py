@@ -7,14 +7,23 @@ the daemon's `LoadDriver` (absolute Poisson or constant schedule), so latency co
 scheduled instant and a slow server cannot slow the arrivals down.
 
 Per level: `warmup` unrecorded requests (closed loop, at most the level's concurrency, one
-at a time for rate levels), then the measured requests. One `PromptBuilder` serves the whole
-sweep, so the length calibration learned in the pre-flight and warm-ups carries over.
+at a time for rate levels); then, still before the level's clock, a wave of unrecorded
+one-token requests as wide as the level will hold in flight, so every connection it uses is
+opened and has carried a request (a fresh connection's set-up would otherwise land in the
+first wave's dispatch lag and TTFT: 39 ms p50 at c=200); then the measured requests, with a
+`ClientWatch` on the client's CPU and loop lag. One `PromptBuilder` serves the whole sweep,
+so the length calibration learned in the pre-flight and warm-ups carries over; a closed-loop
+worker builds its next prompt while its current request streams.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
@@ -22,7 +31,8 @@ from itertools import islice
 import aiohttp
 
 from prober.arrivals import arrival_offsets
-from prober.bench.config import BenchConfig, Level, Mode
+from prober.bench.config import MAX_CONCURRENCY, BenchConfig, Level, Mode
+from prober.bench.watch import ClientLoad, ClientWatch
 from prober.load import LoadDriver
 from prober.prompts import PromptBuilder
 from prober.result import RequestResult
@@ -63,6 +73,29 @@ class RepeatedPrompt(PromptBuilder):
         return self._fixed[tokens]
 
 
+class PrefetchingPrompts(PromptBuilder):
+    """The sweep's cache-busting builder, with prompts built ahead of their request.
+
+    A closed-loop worker calls `prefetch()` once its current request streams, so the
+    instant that request ends the next one's text is ready (~10 µs off the path from
+    `t_sched` to the write). A prefetched text uses the calibration of the moment it was
+    built, one request behind, which matters only before calibration settles. At most
+    `MAX_CONCURRENCY` texts wait: one per worker.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(cache_bust=True)
+        self._ready: deque[tuple[int, tuple[str, int]]] = deque(maxlen=MAX_CONCURRENCY)
+
+    def prefetch(self, tokens: int) -> None:
+        self._ready.append((tokens, super().build(tokens)))
+
+    def build(self, tokens: int) -> tuple[str, int]:
+        if self._ready and self._ready[0][0] == tokens:
+            return self._ready.popleft()[1]
+        return super().build(tokens)
+
+
 class PreflightError(Exception):
     """The server did not answer one plain request: nothing useful can be measured."""
 
@@ -73,6 +106,8 @@ class LevelRun:
     results: list[RequestResult]
     warmup: int
     dropped: int = 0
+    client: ClientLoad | None = None
+    connections_warmed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +115,7 @@ class SweepRun:
     preflight: RequestResult
     levels: list[LevelRun]
     tokens_per_word: float
+    event_loop: str = ""
 
 
 class BenchRunner:
@@ -91,12 +127,19 @@ class BenchRunner:
         *,
         on_result: OnResult | None = None,
         on_phase: OnPhase | None = None,
+        event_loop: str = "",
+        freeze_heap: bool = False,
     ) -> None:
+        """`event_loop`: the loop's name for the report; `freeze_heap`: before each level's
+        clock, collect and freeze what is alive (the daemon's GC tuning, applied again so
+        a level's collections never walk the results of the levels before it)."""
         self.cfg = cfg
+        self.event_loop = event_loop
+        self._freeze_heap = freeze_heap
         self.target = Target.from_config(cfg.target_config())
         # Never seeded: a rerun with the same --seed must not send the prefixes the last run
         # left in the server's prompt cache (llama-server keeps past prompts in RAM).
-        self.prompts = PromptBuilder(cache_bust=True) if cfg.cache_bust else RepeatedPrompt()
+        self.prompts: PromptBuilder = PrefetchingPrompts() if cfg.cache_bust else RepeatedPrompt()
         self._on_result = on_result or (lambda _: None)
         self._on_phase = on_phase or (lambda *_: None)
 
@@ -104,7 +147,7 @@ class BenchRunner:
         async with client_session() as session:
             first = await self.preflight(session)
             runs = [await self.level(session, level) for level in self.cfg.sweep]
-        return SweepRun(first, runs, self.prompts.tokens_per_word)
+        return SweepRun(first, runs, self.prompts.tokens_per_word, self.event_loop)
 
     async def preflight(self, session: aiohttp.ClientSession) -> RequestResult:
         """One short request; a server that cannot answer it fails the sweep at once.
@@ -135,20 +178,58 @@ class BenchRunner:
 
     async def level(self, session: aiohttp.ClientSession, level: Level) -> LevelRun:
         cfg = self.cfg
+        warmed = 0
         if cfg.warmup:
             self._on_phase(level, "warmup", cfg.warmup)
             width = int(level.value) if level.mode is Mode.CONCURRENCY else 1
-            await self._closed(session, min(width, cfg.warmup), cfg.warmup, None)
+            warm = await self._closed(session, min(width, cfg.warmup), cfg.warmup, None)
+            warmed = await self._open_connections(session, self._pool_width(level, warm))
+        if self._freeze_heap:
+            gc.collect()
+            gc.freeze()
         self._on_phase(level, "measure", cfg.num_requests)
+        watch = ClientWatch()
+        watch.start()
         if level.mode is Mode.CONCURRENCY:
             results = await self._closed(
                 session, int(level.value), cfg.num_requests, cfg.duration_seconds
             )
-            run = LevelRun(level, results, cfg.warmup)
+            dropped = 0
         else:
-            run = await self._open(session, level)
-        self._on_phase(level, "done", len(run.results))
-        return run
+            results, dropped = await self._open(session, level)
+        client = watch.stop()
+        self._on_phase(level, "done", len(results))
+        return LevelRun(level, results, cfg.warmup, dropped, client, warmed)
+
+    def _pool_width(self, level: Level, warm: list[RequestResult]) -> int:
+        """Connections the level will hold at once: C, or a Poisson peak for a rate.
+
+        Open loop: L = rate × E2E of the warm-up (nothing queued then) requests in flight on
+        average; L + 3√L + 1 covers the peaks of a Poisson arrival stream. Past saturation
+        in flight grows beyond it and new connections are opened inside the level, as any
+        client would have to.
+        """
+        if level.mode is Mode.CONCURRENCY:
+            return int(level.value)
+        ends = [(r.t_end_ns - r.t_send_ns) / 1e9 for r in warm if r.ok]
+        if not ends:
+            return 1
+        mean = level.value * statistics.fmean(ends)
+        return min(self.cfg.max_in_flight, math.ceil(mean + 3 * math.sqrt(mean) + 1))
+
+    async def _open_connections(self, session: aiohttp.ClientSession, width: int) -> int:
+        """`width` one-token requests at once, unrecorded: each opens (or reuses) a pooled
+        connection and carries a request over it, so the level starts on warm connections."""
+        cfg = self.cfg
+
+        async def one() -> RequestResult:
+            return await self.target.send(
+                session, time.perf_counter_ns(), prompt_tokens=cfg.input_len, max_tokens=1,
+                prompts=self.prompts,
+            )  # fmt: skip
+
+        results = await asyncio.gather(*(one() for _ in range(width)))
+        return sum(r.ok for r in results)
 
     async def _closed(
         self,
@@ -161,6 +242,16 @@ class BenchRunner:
         results: list[RequestResult] = []
         remaining = count
         deadline_ns = time.perf_counter_ns() + int((duration or 0) * 1e9)
+        loop = asyncio.get_running_loop()
+        tokens = self.cfg.input_len
+
+        prompts = self.prompts
+
+        def first_token() -> None:
+            # Once the request streams, and from the loop's queue rather than inside the read
+            # that carried the token: nothing is added before any write.
+            if isinstance(prompts, PrefetchingPrompts):
+                loop.call_soon(prompts.prefetch, tokens)
 
         async def worker() -> None:
             nonlocal remaining
@@ -171,14 +262,19 @@ class BenchRunner:
                     remaining -= 1
                 elif time.perf_counter_ns() >= deadline_ns:
                     return
-                result = await self._send(session, time.perf_counter_ns())
+                result = await self._send(session, time.perf_counter_ns(), first_token)
                 results.append(result)
                 self._on_result(result)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return results
 
-    async def _send(self, session: aiohttp.ClientSession, t_sched_ns: int) -> RequestResult:
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        t_sched_ns: int,
+        on_first_token: Callable[[], None],
+    ) -> RequestResult:
         cfg = self.cfg
         return await self.target.send(
             session,
@@ -186,9 +282,12 @@ class BenchRunner:
             prompt_tokens=cfg.input_len,
             max_tokens=cfg.output_len,
             prompts=self.prompts,
+            on_first_token=on_first_token,
         )
 
-    async def _open(self, session: aiohttp.ClientSession, level: Level) -> LevelRun:
+    async def _open(
+        self, session: aiohttp.ClientSession, level: Level
+    ) -> tuple[list[RequestResult], int]:
         """Arrivals at `level.value` req/s through the daemon's `LoadDriver`."""
         cfg = self.cfg
         results: list[RequestResult] = []
@@ -218,7 +317,7 @@ class BenchRunner:
             # (the server saw it) but is not measured, like a warm-up request.
             results.sort(key=lambda r: r.t_sched_ns)
             del results[cfg.num_requests :]
-        return LevelRun(level, results, cfg.warmup, driver.dropped)
+        return results, driver.dropped
 
     async def _arrivals_done(self, driver: LoadDriver, level: Level, started_ns: int) -> None:
         cfg = self.cfg

@@ -17,12 +17,21 @@ Definitions (docs/bench.md states them for users):
   bookkeeping, and `ratio` > 1 means failed requests held the server without completing.
   `arrival_window` adds what the identity cannot show: the mean in-flight while requests
   still arrive (the concurrency really held) and its growth from the first half of that
-  window to the second (about 1 at a steady state, well above 1 when a queue builds).
+  window to the second (about 1 at a steady state, well above 1 when a queue builds). In a
+  closed loop λW is also divided by the configured concurrency C: a check against a number
+  that did not come from the records (below 1 by the ramp-down at the level's end, where
+  workers that have sent their share leave fewer than C in flight, and by any client gap).
+- queue wait of a successful request: `W_q = (t_first_token − t_send) − prefill`, prefill
+  being the server's own figure where it reports one, else the sweep's lower envelope of
+  time-to-first-token against prompt length (`estimate.PrefillBaseline`, as the daemon
+  learns it); service time = E2E from send − W_q: what a slot is held for.
 - knee: the first level, in increasing load, whose TTFT p99 exceeds KNEE_TTFT_FACTOR × the
   lowest level's while output-token throughput grew less than KNEE_THROUGHPUT_GAIN over the
   level before: more load bought mostly latency.
 - capacity: the highest level of the unbroken run of levels, from the lowest up, whose
-  goodput ratio is at least the threshold; slots for a target rate R: R × W at that level.
+  goodput ratio is at least the threshold; slots for a target rate R by Little's law, twice:
+  R × mean service time at that level (slots busy serving: what to provision) and R × W,
+  the mean time in system (queue wait included: requests held, waiting or running).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prober import timings
+from prober.estimate import PrefillBaseline
 from prober.result import Outcome, RequestResult
 from prober.timings import NS_PER_S, Slo
 
@@ -87,8 +97,9 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
-def littles_law(results: Sequence[RequestResult]) -> dict[str, Any]:
-    """L (time-weighted in-flight) versus λ·W over the level; in-flight over its arrivals."""
+def littles_law(results: Sequence[RequestResult], concurrency: int | None = None) -> dict[str, Any]:
+    """L (time-weighted in-flight) versus λ·W over the level; in-flight over its arrivals;
+    with a closed loop's configured `concurrency`, λ·W over it."""
     if not results:
         return {"mean_in_flight": None, "lambda_times_w": None, "ratio": None}
     start_ns, end_ns = min(r.t_send_ns for r in results), max(r.t_end_ns for r in results)
@@ -106,7 +117,40 @@ def littles_law(results: Sequence[RequestResult]) -> dict[str, Any]:
         "lambda_times_w": lam_w,
         "ratio": _ratio(mean_in_flight, lam_w) if mean_in_flight and lam_w else None,
         "arrival_window": arrival_window(results),
-    }
+    } | _against_configured(lam_w, concurrency)
+
+
+def _against_configured(lam_w: float | None, concurrency: int | None) -> dict[str, Any]:
+    if concurrency is None:
+        return {}
+    ratio = lam_w / concurrency if lam_w is not None else None
+    return {"configured_concurrency": concurrency, "lambda_w_over_concurrency": ratio}
+
+
+def prefill_baseline(results: Iterable[RequestResult]) -> PrefillBaseline:
+    """The lower envelope of time to first token (from send) against prompt length."""
+    baseline = PrefillBaseline()
+    for r in results:
+        if r.ok and r.t_first_token_ns is not None:
+            to_first = (r.t_first_token_ns - r.t_send_ns) / NS_PER_S
+            baseline.observe(r.prompt_tokens or 0, to_first)
+    return baseline
+
+
+def queue_wait(r: RequestResult, baseline: PrefillBaseline) -> float | None:
+    """`(t_first_token − t_send) − prefill`, at least 0; None without a first token."""
+    if r.t_first_token_ns is None:
+        return None
+    prefill = r.server_prefill_seconds
+    if prefill is None:
+        prefill = baseline(r.prompt_tokens or 0) or 0.0
+    return max(0.0, (r.t_first_token_ns - r.t_send_ns) / NS_PER_S - prefill)
+
+
+def service_time(r: RequestResult, baseline: PrefillBaseline) -> float | None:
+    """E2E from send minus the queue wait: how long the request held a slot."""
+    wait = queue_wait(r, baseline)
+    return None if wait is None else (r.t_end_ns - r.t_send_ns) / NS_PER_S - wait
 
 
 def arrival_window(results: Sequence[RequestResult]) -> dict[str, float | None]:
@@ -130,8 +174,18 @@ def arrival_window(results: Sequence[RequestResult]) -> dict[str, float | None]:
     }
 
 
-def summarize(results: Sequence[RequestResult], slo: Slo) -> Summary:
-    """Everything the report says about one level, from its measured results."""
+def summarize(
+    results: Sequence[RequestResult],
+    slo: Slo,
+    *,
+    baseline: PrefillBaseline | None = None,
+    concurrency: int | None = None,
+) -> Summary:
+    """Everything the report says about one level, from its measured results.
+
+    `baseline`: the sweep's prefill envelope (default: this level's own); `concurrency`: the
+    closed loop's configured C, for the λ·W check.
+    """
     if not results:
         return {"requests_total": 0, "outcomes": {}}
     start_ns, end_ns = window(results)
@@ -141,6 +195,7 @@ def summarize(results: Sequence[RequestResult], slo: Slo) -> Summary:
     good = sum(timings.is_good(r, slo) for r in results)
     out_tokens = sum(r.output_tokens for r in ok)
     outcomes = Counter(r.outcome.value for r in results)
+    baseline = baseline if baseline is not None else prefill_baseline(results)
     return {
         "requests_total": len(results),
         "requests_ok": len(ok),
@@ -150,6 +205,8 @@ def summarize(results: Sequence[RequestResult], slo: Slo) -> Summary:
         "tpot_seconds": distribution(tpots),
         "itl_seconds": distribution([g for r in ok for g in timings.itl_gaps(r)]),
         "e2e_seconds": distribution(_present(timings.e2e(r) for r in ok)),
+        "queue_wait_seconds": distribution(_present(queue_wait(r, baseline) for r in ok)),
+        "service_time_seconds": distribution(_present(service_time(r, baseline) for r in ok)),
         "dispatch_lag_seconds": distribution([timings.dispatch_lag(r) for r in results]),
         "request_throughput": _ratio(len(ok), span),
         "output_token_throughput": _ratio(out_tokens, span),
@@ -158,7 +215,7 @@ def summarize(results: Sequence[RequestResult], slo: Slo) -> Summary:
         "prompt_tokens_mean": _mean_prompt(ok),
         "outcomes": {o.value: outcomes[o.value] for o in Outcome if outcomes[o.value]},
         "goodput": {"ratio": good / len(results), "requests_per_second": _ratio(good, span)},
-        "littles_law": littles_law(results),
+        "littles_law": littles_law(results, concurrency),
     }
 
 
@@ -222,15 +279,25 @@ def capacity(
     if best is None:
         return out
     w = _get(best, "littles_law", "mean_e2e_from_send_seconds")
+    service = _get(best, "service_time_seconds", "mean")
     out |= {
         "level": best["level"],
         "goodput_ratio": _get(best, "goodput", "ratio"),
         "request_throughput": _get(best, "request_throughput"),
         "goodput_requests_per_second": _get(best, "goodput", "requests_per_second"),
         "mean_e2e_from_send_seconds": w,
+        "mean_service_seconds": service,
+        "mean_queue_wait_seconds": _get(best, "queue_wait_seconds", "mean"),
     }
     if target_rate is not None and w is not None:
         out["target_rate"] = target_rate
         out["concurrency_needed"] = target_rate * w
-        out["slots_needed"] = math.ceil(target_rate * w - 1e-9)
+        out["slots_needed"] = _slots(target_rate * w)
+        if service is not None:
+            out["concurrency_needed_service"] = target_rate * service
+            out["slots_needed_service"] = _slots(target_rate * service)
     return out
+
+
+def _slots(concurrency: float) -> int:
+    return max(1, math.ceil(concurrency - 1e-9))

@@ -141,6 +141,8 @@ def test_littles_law_closed_loop(closed_sweeps: dict[int, dict[str, Any]]) -> No
             held = little["arrival_window"]["mean_in_flight"]
             assert held == pytest.approx(level["concurrency"], rel=0.05)
             assert little["arrival_window"]["growth"] == pytest.approx(1.0, abs=0.1)
+            # λW against the configured C: held, less the ramp-down of 3 requests a worker.
+            assert 0.75 < little["lambda_w_over_concurrency"] <= 1.0 + 1e-9
 
 
 def test_open_loop_reveals_overload_closed_loop_hides_it(tmp_path: Path) -> None:
@@ -229,3 +231,31 @@ def test_unreachable_server_fails_fast(capsys: pytest.CaptureFixture[str]) -> No
     assert len(err) == 1, err
     assert "pre-flight request" in err[0]
     assert "connect_error" in err[0]
+
+
+def test_ollama_api_and_the_runtime_recorded(tmp_path: Path) -> None:
+    # Native Ollama /api/chat (NDJSON) end to end; the report names the loop it ran on, says
+    # whether the client was the bottleneck, and warmed as many connections as the level held.
+    with sim_server(slots=2) as base:
+        doc = bench(base, tmp_path, "--api", "ollama", "--concurrency", "1,3", "--num-requests",
+                    "6", "--input-len", "32", "--output-len", "5", "--target-rate", "4",
+                    "--event-loop", "asyncio")  # fmt: skip
+    assert doc["config"]["api"] == "ollama"
+    assert doc["environment"]["event_loop"] == "asyncio"
+    for level in doc["levels"]:
+        assert level["outcomes"] == {"ok": 6}
+        assert all(r["output_tokens"] == 5 for r in level["requests"])
+        assert all(r["token_source"] == "usage" for r in level["requests"])
+        assert level["connections_warmed"] == level["concurrency"]
+        client = level["client"]
+        assert client["event_loop"] == "asyncio"
+        assert client["latencies_trustworthy"] is (not client["client_bound"])
+        assert client["loop_lag_seconds"]["count"] > 0
+        little = level["littles_law"]
+        assert little["configured_concurrency"] == level["concurrency"]
+        # λW / C is L / C here (every request succeeds): at most 1, the ramp-down below it.
+        assert 0.5 < little["lambda_w_over_concurrency"] <= 1.0 + 1e-9
+        assert level["service_time_seconds"]["mean"] <= level["e2e_seconds"]["mean"]
+    cap = doc["capacity"]
+    # Ollama reports its prefill: service time excludes the queue wait, so fewer slots.
+    assert cap["slots_needed_service"] <= cap["slots_needed"]

@@ -4,6 +4,7 @@ configuration's one-line errors, and the report's table. Stamps are plain intege
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 from typing import Any
 
@@ -20,6 +21,9 @@ from prober.bench.stats import (
     knee,
     littles_law,
     percentile,
+    prefill_baseline,
+    queue_wait,
+    service_time,
     summarize,
 )
 from prober.result import Outcome, RequestResult, TokenSource
@@ -113,6 +117,41 @@ def test_littles_law_failures_hold_the_server() -> None:
     assert law["ratio"] == pytest.approx(2.0)
 
 
+def test_littles_law_against_the_configured_concurrency() -> None:
+    # Two workers configured, but a 1 s gap before each second request: the client held
+    # fewer than 2, which λW / C shows and L / λW (an identity) cannot.
+    rs = [result(0, 1), result(2, 3), result(0, 1), result(2, 3)]
+    law = littles_law(rs, concurrency=2)
+    assert law["ratio"] == pytest.approx(1.0)
+    assert law["configured_concurrency"] == 2
+    assert law["lambda_w_over_concurrency"] == pytest.approx(4 / 3 * 1 / 2)
+    assert "configured_concurrency" not in littles_law(rs)
+
+
+def test_queue_wait_from_server_prefill_or_the_envelope() -> None:
+    fast, slow = result(0, 1, first=0.1), result(0, 2, first=0.6)
+    baseline = prefill_baseline([fast, slow])  # same prompt length: the floor is 0.1 s
+    assert queue_wait(fast, baseline) == pytest.approx(0.0)
+    assert queue_wait(slow, baseline) == pytest.approx(0.5)
+    assert service_time(slow, baseline) == pytest.approx(1.5)
+    # The server's own prefill figure wins over the envelope: 0.6 - 0.2 = 0.4 s waited.
+    reported = dataclasses.replace(slow, server_prefill_seconds=0.2)
+    assert queue_wait(reported, baseline) == pytest.approx(0.4)
+    assert service_time(reported, baseline) == pytest.approx(1.6)
+    failed = result(0, 1, outcome=Outcome.TIMEOUT_FIRST_TOKEN)
+    assert queue_wait(failed, baseline) is None
+
+
+def test_summary_has_queue_wait_and_service_time() -> None:
+    rs = [result(0, 1, first=0.1), result(0, 2, first=0.6)]
+    s = summarize(rs, SLO)
+    assert s["queue_wait_seconds"]["mean"] == pytest.approx(0.25)
+    assert s["service_time_seconds"]["mean"] == pytest.approx(1.25)
+    # A sweep-wide envelope (here: a faster request elsewhere) is used when given.
+    faster = prefill_baseline([result(0, 1, first=0.05)])
+    assert summarize(rs, SLO, baseline=faster)["queue_wait_seconds"]["mean"] == pytest.approx(0.3)
+
+
 def test_arrival_window_growth_shows_a_building_queue() -> None:
     # One arrival a second, each staying longer than the last: the queue builds.
     rs = [result(i, i + 1 + i, first=i + 0.5 + i) for i in range(6)]
@@ -155,6 +194,8 @@ def level(c: int, ttft_p99: float, tokens_per_s: float, goodput: float) -> dict[
         "request_throughput": tokens_per_s / 10,
         "goodput": {"ratio": goodput, "requests_per_second": goodput * tokens_per_s / 10},
         "littles_law": {"mean_e2e_from_send_seconds": 0.5 * c},
+        "service_time_seconds": {"mean": 0.2 * c},
+        "queue_wait_seconds": {"mean": 0.3 * c},
     }
 
 
@@ -190,6 +231,13 @@ def test_capacity_is_last_level_of_unbroken_slo_run_and_sizes_slots() -> None:
     assert cap["mean_e2e_from_send_seconds"] == 1.0
     assert cap["concurrency_needed"] == pytest.approx(10.0)
     assert cap["slots_needed"] == 10
+    # Service time alone (E2E minus queue wait) needs fewer slots than time in system.
+    assert cap["mean_service_seconds"] == pytest.approx(0.4)
+    assert cap["concurrency_needed_service"] == pytest.approx(4.0)
+    assert cap["slots_needed_service"] == 4
+    line = verdict_lines({"knee": knee(levels), "capacity": cap})[-1]
+    assert line.startswith("slots for 10 req/s by Little's law: 4 from service time")
+    assert "10 in system" in line
     assert capacity(levels[2:3], 0.9, None)["level"] is None
     assert "slots_needed" not in capacity(levels, 0.9, None)
 
@@ -209,6 +257,27 @@ def test_verdict_lines_and_table_render() -> None:
     buffer = io.StringIO()
     print_summary(doc, Console(file=buffer, width=200))
     assert "c=1" in buffer.getvalue()
+    assert "the client was the bottleneck" not in buffer.getvalue()
+
+
+def test_a_client_bound_level_is_flagged_in_the_table() -> None:
+    rs = [result(0, 1), result(1, 2)]
+    client = {"cpu_share": 0.97, "client_bound": True, "reasons": ["client CPU 0.97 of a core"]}
+    lvl = {"concurrency": 1, "level": {"concurrency": 1}, **summarize(rs, SLO), "client": client}
+    doc = {
+        "config": {"model": "m", "url": "http://x/v1", "mode": "concurrency"},
+        "environment": {"event_loop": "uvloop 0.23.0"},
+        "levels": [lvl],
+        "knee": knee([lvl]),
+        "capacity": capacity([lvl], 0.9, None),
+    }
+    buffer = io.StringIO()
+    print_summary(doc, Console(file=buffer, width=250))
+    text = buffer.getvalue()
+    assert "client on uvloop 0.23.0" in text
+    assert "BOUND 0.97" in text
+    assert "c=1: the client was the bottleneck (client CPU 0.97 of a core)" in text
+    assert "not trustworthy" in text
 
 
 # --- configuration and flags --------------------------------------------------------------
@@ -271,7 +340,11 @@ def test_flags_build_the_config() -> None:
     assert cfg.target_config().cache_bust is False
     assert cfg.as_json()["api"] == "completions"
     assert [lvl.key() for lvl in cfg.sweep] == [{"rate": 0.5}, {"rate": 2.0}]
+    ollama = config_from_args(parse("--api", "ollama", "--event-loop", "asyncio"))
+    assert ollama.target_config().api.value == "ollama"
+    assert ollama.event_loop == "asyncio"
     default = config_from_args(parse())
+    assert default.event_loop == "auto"
     assert default.levels == (1, 2, 4, 8)
     assert default.num_requests == 32
     assert default.warmup == 2
