@@ -11,6 +11,7 @@ result's `error`.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any, Literal
 
@@ -32,14 +33,72 @@ def register_secret(value: str) -> None:
 
 
 def redact(text: str) -> str:
-    """`text` with every registered secret, and a secret's cut-off start at its end, replaced."""
+    """`text` with every registered secret, and a secret's cut-off start at its end, replaced.
+
+    Found also when the server mangled it: JSON-escaped (`\\/`, `\\u0041`), percent-encoded,
+    or broken by line breaks or spaces (an error body cut into lines, then joined).
+    """
+    if not _SECRETS:
+        return text
     for secret in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
+    if len(text) < _MIN_TAIL:
+        return text
+    skeleton, starts, ends = _skeleton(text)
+    spans: list[tuple[int, int]] = []
+    for secret in _SECRETS:
+        if len(secret) < _MIN_TAIL:  # too short to find among mangled text without garbling
+            continue
+        at = skeleton.find(secret)
+        while at >= 0:
+            spans.append((starts[at], ends[at + len(secret) - 1]))
+            at = skeleton.find(secret, at + len(secret))
         for n in range(len(secret) - 1, _MIN_TAIL - 1, -1):
-            if text.endswith(secret[:n]):
-                text = text[:-n] + REDACTED
+            if skeleton.endswith(secret[:n]):
+                spans.append((starts[len(skeleton) - n], len(text)))
                 break
-    return text
+    return _replace(text, spans)
+
+
+# One decoded character of text, or a separator: a JSON escape, a percent-escape, a space.
+_TOKEN = re.compile(r'\\u([0-9a-fA-F]{4})|\\(["\\/bfnrt])|%([0-9a-fA-F]{2})|(.)', re.S)
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _skeleton(text: str) -> tuple[str, list[int], list[int]]:
+    """`text` decoded and without white space; where each of its characters came from."""
+    chars: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for match in _TOKEN.finditer(text):
+        code, escape, percent, plain = match.groups()
+        if plain is not None:
+            char = plain
+        elif code is not None:
+            char = chr(int(code, 16))
+        elif percent is not None:
+            char = chr(int(percent, 16))
+        else:
+            char = _ESCAPES.get(escape, escape)
+        if not char.isspace():
+            chars.append(char)
+            starts.append(match.start())
+            ends.append(match.end())
+    return "".join(chars), starts, ends
+
+
+def _replace(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with each (merged) span replaced by `[REDACTED]`."""
+    out: list[str] = []
+    last = 0
+    for start, end in sorted(spans):
+        if start < last:  # overlaps the previous span: extend it
+            out[-1] = REDACTED
+            last = max(last, end)
+            continue
+        out += [text[last:start], REDACTED]
+        last = end
+    return "".join(out) + text[last:]
 
 
 def _redact_value(value: Any) -> Any:
