@@ -259,3 +259,18 @@ def test_ollama_api_and_the_runtime_recorded(tmp_path: Path) -> None:
     cap = doc["capacity"]
     # Ollama reports its prefill: service time excludes the queue wait, so fewer slots.
     assert cap["slots_needed_service"] <= cap["slots_needed"]
+
+
+def test_wide_closed_loop_starts_staggered(tmp_path: Path) -> None:
+    # From RAMP_FROM_CONCURRENCY on, workers start spread over one request's duration (their
+    # ramp request unrecorded), so the recorded sends do not all fall in one loop iteration.
+    with sim_server(slots=64) as base:
+        doc = bench(base, tmp_path, "--concurrency", "32", "--num-requests", "64",
+                    "--input-len", "16", "--output-len", "8")  # fmt: skip
+    level = doc["levels"][0]
+    assert level["outcomes"] == {"ok": 64}
+    assert level["connections_warmed"] == 32
+    sends = sorted(r["t_send_offset_seconds"] for r in level["requests"])
+    # Started together, the first 32 sends would lie within a few ms; staggered over the
+    # warm-up's E2E (at least 8 decode steps), they span most of it.
+    assert sends[31] - sends[0] > 8 * DECODE_STEP / 2

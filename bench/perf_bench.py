@@ -1,0 +1,343 @@
+"""`llm-prober bench` against the truth: its TTFT error and its CPU per token, beside a raw client.
+
+    .venv/bin/python bench/perf_bench.py [--levels 50,200] [--repeats 3] [--per-worker 6]
+        [--clients raw,bench] [--bench-loop auto] [--no-pin] [--json FILE]
+
+The server is `truth_server.py` (its own process, uvloop): it stamps each request's arrival
+and each token's write, answers after a 50 ms "prefill" with `--tokens` tokens on a shared
+10 ms step. Server and client are each pinned to a core with `taskset` (`--no-pin` to undo).
+Per level C, closed loop, each client in a fresh process:
+
+- `raw`: the floor. asyncio.Protocol on uvloop, one kept-alive connection per worker, opened
+  and warmed by one request before the clock; each next request is written from
+  `data_received` the moment the last one's final chunk arrives; a token is a read holding
+  `"content"`, stamped on arrival; no JSON parsing, no result objects.
+- `bench`: the command itself, `python -m prober.cli bench --concurrency C --num-requests
+  C×per-worker --no-progress --out FILE` (loop `--bench-loop`, default what the daemon picks).
+
+Per request, the truth TTFT is first token write − arrival at the server; the client's TTFT is
+what it reports (bench: `ttft_seconds` of its JSON record, matched by request id). Printed:
+TTFT p50 / p99 of the client minus the truth's over the same requests (what a user reads
+off the report), the per-request error's p50 / p99, client CPU-seconds per 1,000 tokens over
+the measured level only (bench: its own `client.cpu_seconds`) and its ratio to the raw
+floor's, the tokens per CPU-second (where one core would saturate), and bench's own verdict
+on whether the client was the bottleneck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+from perf_common import (
+    PYTHON,
+    ROOT,
+    STEP_SECONDS,
+    OtherLoad,
+    fmt,
+    free_port,
+    median,
+    pct,
+    wait_http,
+    wait_quiet,
+    write_runs,
+)
+
+HERE = Path(__file__).resolve().parent
+PROMPT_WORDS = 24
+
+
+# -- the raw floor (runs in its own process) --------------------------------------------------
+
+
+def raw_request(port: int, rid: str, tokens: int) -> bytes:
+    body = json.dumps({
+        "model": "truth", "stream": True, "max_tokens": tokens,
+        "messages": [{"role": "user", "content": "word " * PROMPT_WORDS}],
+        "stream_options": {"include_usage": True},
+    }).encode()  # fmt: skip
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nX-Request-Id: {rid}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+class RawLane(asyncio.Protocol):
+    """One worker on one connection: `count` requests back to back, each sent on the spot."""
+
+    def __init__(self, port: int, tokens: int) -> None:
+        self.port, self.tokens = port, tokens
+        self.transport: asyncio.Transport | None = None
+        self.records: list[tuple[str, int, int, int]] = []  # id, t_sched, t_first, tokens
+        self.left = 0
+        self.done: asyncio.Future[None] | None = None
+        self._rid, self._t_sched, self._t_first, self._n, self._tail = "", 0, 0, 0, b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def run(self, count: int) -> asyncio.Future[None]:
+        self.records, self.left = [], count
+        self.done = asyncio.get_running_loop().create_future()
+        self._send()
+        return self.done
+
+    def _send(self) -> None:
+        assert self.transport is not None
+        self._rid, self._t_first, self._n, self._tail = uuid.uuid4().hex, 0, 0, b""
+        self._t_sched = time.perf_counter_ns()
+        self.transport.write(raw_request(self.port, self._rid, self.tokens))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        buf = self._tail + data
+        found = buf.count(b'"content"')
+        if found:
+            self._n += found
+            self._t_first = self._t_first or now
+        self._tail = buf[-9:]  # a marker split across reads is counted once
+        if not buf.endswith(b"\r\n0\r\n\r\n"):
+            return
+        self.records.append((self._rid, self._t_sched, self._t_first, self._n))
+        self.left -= 1
+        if self.left > 0:
+            self._send()
+        elif self.done is not None:
+            self.done.set_result(None)
+
+
+async def raw_measure(
+    port: int, concurrency: int, per_worker: int, tokens: int
+) -> dict[str, object]:
+    loop = asyncio.get_running_loop()
+    lanes = []
+    for _ in range(concurrency):
+        _, lane = await loop.create_connection(lambda: RawLane(port, tokens), "127.0.0.1", port)
+        lanes.append(lane)
+    await asyncio.gather(*(lane.run(1) for lane in lanes))  # warm every connection
+    ramp = statistics.fmean((f - s) / 1e9 for _, s, f, _ in (ln.records[0] for ln in lanes))
+    ramp += tokens * STEP_SECONDS  # about one request's E2E: the ramp bench uses too
+
+    async def lane_run(i: int, lane: RawLane) -> None:
+        # As bench's workers: lane i starts i/C of a request late, its first request not
+        # recorded, so the sends are spread and all C are in flight when recording starts.
+        await asyncio.sleep(i * ramp / concurrency)
+        await lane.run(1)
+        await lane.run(per_worker)
+
+    cpu0 = time.process_time()
+    await asyncio.gather(*(lane_run(i, lane) for i, lane in enumerate(lanes)))
+    cpu = time.process_time() - cpu0
+    records = [r for lane in lanes for r in lane.records]
+    return {
+        "cpu": cpu,
+        "event_loop": "uvloop",
+        "requests": [{"id": i, "ttft": (f - s) / 1e9, "tokens": n} for i, s, f, n in records],
+    }
+
+
+def raw_worker(ns: argparse.Namespace) -> None:
+    import uvloop
+
+    uvloop.install()
+    out = asyncio.run(raw_measure(ns.port, ns.concurrency, ns.per_worker, ns.tokens))
+    Path(ns.out).write_text(json.dumps(out))
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+
+
+def pinned(cmd: list[str], cpu: int | None) -> list[str]:
+    return cmd if cpu is None else ["taskset", "-c", str(cpu), *cmd]
+
+
+def fetch_truth(port: int) -> dict[str, list[object]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/truth", timeout=30) as resp:
+        return dict(json.load(resp))
+
+
+def client_command(
+    client: str, ns: argparse.Namespace, port: int, level: int, out: str
+) -> list[str]:
+    if client == "raw":
+        return [PYTHON, __file__, "--worker", "raw", "--port", str(port), "--concurrency",
+                str(level), "--per-worker", str(ns.per_worker), "--tokens", str(ns.tokens),
+                "--out", out]  # fmt: skip
+    return [PYTHON, "-m", "prober.cli", "bench", "--url", f"http://127.0.0.1:{port}/v1",
+            "--model", "truth", "--concurrency", str(level), "--num-requests",
+            str(level * ns.per_worker), "--input-len", str(PROMPT_WORDS),
+            "--output-len", str(ns.tokens), "--warmup", "2", "--no-progress", "--seed", "1",
+            "--event-loop", ns.bench_loop, "--out", out]  # fmt: skip
+
+
+def client_figures(
+    client: str, doc: dict[str, object]
+) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """(requests as {id, ttft, tokens}, the client's own figures) from a worker's output."""
+    if client == "raw":
+        return list(doc["requests"]), {"cpu": doc["cpu"]}  # type: ignore[call-overload]
+    level = doc["levels"][0]  # type: ignore[index]
+    requests = [{"id": r["request_id"], "ttft": r["ttft_seconds"], "tokens": r["output_tokens"]}
+                for r in level["requests"] if r["outcome"] == "ok"]  # fmt: skip
+    watch = level["client"]
+    own = {
+        "cpu": watch["cpu_seconds"], "client_bound": float(watch["client_bound"]),
+        "cpu_share": watch["cpu_share"], "loop_lag_p99": watch["loop_lag_seconds"]["p99"] * 1e3,
+        "lag_p99": level["dispatch_lag_seconds"]["p99"] * 1e3,
+    }  # fmt: skip
+    return requests, own
+
+
+def one_run(
+    ns: argparse.Namespace, port: int, level: int, client: str, cpu: int | None
+) -> dict[str, float]:
+    fetch_truth(port)  # forget what earlier runs left
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "out.json")
+        other = OtherLoad([])
+        usage0 = os.times()
+        proc = subprocess.run(pinned(client_command(client, ns, port, level, out), cpu), cwd=ROOT,
+                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+        usage1 = os.times()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{client} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        doc = json.loads(Path(out).read_text())
+    child_cpu = (usage1.children_user - usage0.children_user) + (
+        usage1.children_system - usage0.children_system
+    )
+    truth = fetch_truth(port)
+    requests, own = client_figures(client, doc)
+    return analyse(requests, truth, own) | {"other_load": other.share(child_cpu)}
+
+
+def analyse(requests: list[dict[str, object]], truth: dict[str, list[object]],
+            own: dict[str, object]) -> dict[str, float]:  # fmt: skip
+    client_ms, truth_ms, errors = [], [], []
+    tokens = 0
+    for r in requests:
+        record = truth.get(str(r["id"]))
+        if record is None or r["ttft"] is None:
+            continue
+        receive_ns, writes = record
+        true_ms = (writes[0] - receive_ns) / 1e6  # type: ignore[index, operator]
+        seen_ms = float(r["ttft"]) * 1e3  # type: ignore[arg-type]
+        client_ms.append(seen_ms)
+        truth_ms.append(true_ms)
+        errors.append(seen_ms - true_ms)
+        tokens += int(r["tokens"])  # type: ignore[call-overload]
+    cpu = float(own["cpu"])  # type: ignore[arg-type]
+    figures = {
+        "matched": float(len(errors)),
+        "ttft_p50_err": pct(client_ms, 50) - pct(truth_ms, 50),
+        "ttft_p99_err": pct(client_ms, 99) - pct(truth_ms, 99),
+        "err_p50": pct(errors, 50),
+        "err_p99": pct(errors, 99),
+        "truth_p50": pct(truth_ms, 50),
+        "cpu_per_1k": 1000 * cpu / tokens if tokens else float("nan"),
+        "tokens_per_cpu_s": tokens / cpu if cpu > 0 else float("nan"),
+    }
+    return figures | {k: float(v) for k, v in own.items() if k != "cpu" and v is not None}  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="50,200")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--per-worker", type=int, default=6, help="measured requests a worker")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--clients", default="raw,bench")
+    parser.add_argument("--bench-loop", default="auto", choices=["auto", "uvloop", "asyncio"])
+    parser.add_argument("--quiet", type=float, default=0.25, metavar="SHARE")
+    parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--json", help="write every run's figures to this file")
+    parser.add_argument("--worker", choices=["raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.worker:
+        raw_worker(ns)
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpu = (None, None) if ns.no_pin or len(cpus) < 2 else (cpus[0], cpus[1])
+    levels = [int(x) for x in ns.levels.split(",")]
+    clients = ns.clients.split(",")
+    runs: dict[tuple[int, str], list[dict[str, float]]] = {}
+    port = free_port()
+    server = subprocess.Popen(
+        pinned([PYTHON, str(HERE / "truth_server.py"), "--port", str(port)], server_cpu),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health")
+        for level in levels:
+            for repeat in range(ns.repeats):
+                for client in clients:
+                    wait_quiet(ns.quiet)
+                    figures = one_run(ns, port, level, client, client_cpu)
+                    runs.setdefault((level, client), []).append(figures)
+                    print(
+                        f"  c={level:<4} {client:<6} run {repeat + 1}: TTFT err p50/p99 "
+                        f"{figures['ttft_p50_err']:+.2f}/{figures['ttft_p99_err']:+.2f} ms, "
+                        f"cpu {figures['cpu_per_1k']:.4f} s/1k tok, "
+                        f"other {figures['other_load']:.2f}",
+                        file=sys.stderr,
+                    )
+    finally:
+        server.terminate()
+        server.wait(10)
+    report(levels, clients, runs, pinned=server_cpu is not None)
+    write_runs(ns.json, runs)
+
+
+def report(
+    levels: list[int], clients: list[str], runs: dict[tuple[int, str], list[dict[str, float]]],
+    *, pinned: bool,
+) -> None:  # fmt: skip
+    def med(level: int, client: str, key: str) -> float:
+        return median(r.get(key, float("nan")) for r in runs[(level, client)])
+
+    n = len(next(iter(runs.values())))
+    pins = "server and client on a core each (taskset)" if pinned else "not pinned"
+    print(f"\nmedians of {n} runs; {pins}; truth = the server's first-token write − arrival")
+    print(f"{'C':>4} {'client':<6} " + " ".join(f"{h:>{w}}" for _, h, _, w in COLUMNS)
+          + f" {'CPU÷raw':>7}")  # fmt: skip
+    for level in levels:
+        for client in clients:
+            cells = (fmt(med(level, client, k), d).rjust(w) for k, _, d, w in COLUMNS)
+            floor = med(level, "raw", "cpu_per_1k") if "raw" in clients else float("nan")
+            ratio = fmt(med(level, client, "cpu_per_1k") / floor).rjust(7)
+            print(f"{level:>4} {client:<6} " + " ".join(cells) + " " + ratio)
+    print(
+        "ms; TTFT err = client's percentile − truth's; lag = bench's dispatch lag; loop = its "
+        "event-loop lag; bound = share of runs bench judged client-bound; tok/CPU-s = tokens "
+        "one core would carry"
+    )
+
+
+COLUMNS = (  # key, heading, digits, width
+    ("ttft_p50_err", "TTFT err p50", 2, 12), ("ttft_p99_err", "p99", 2, 6),
+    ("err_p50", "per-req p50", 2, 11), ("err_p99", "p99", 2, 6),
+    ("truth_p50", "truth p50", 1, 9), ("cpu_per_1k", "CPU s/1k tok", 4, 12),
+    ("tokens_per_cpu_s", "tok/CPU-s", 0, 9), ("lag_p99", "lag p99", 2, 7),
+    ("loop_lag_p99", "loop p99", 2, 8), ("client_bound", "bound", 1, 5),
+    ("other_load", "other", 2, 5),
+)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
