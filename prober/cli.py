@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -19,10 +20,10 @@ from typing import Any
 from aiohttp import web
 
 from prober import __version__, timings
-from prober.logs import get_logger, redact, register_secret, setup_logging
+from prober.logs import get_logger, redact, setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.result import RequestResult
-from prober.settings import ConfigError, load_settings
+from prober.settings import ConfigError, ServerConfig, check_api_key, load_settings
 
 EXIT_USAGE = 2
 
@@ -102,6 +103,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     command: str = args.command
     if command == "check-config":
         settings = load_settings(args.config)
+        listen_addresses(settings.server)  # resolvable; only `run` can tell if it is free
         print(f"{args.config}: ok ({len(settings.targets)} targets)")
         return 0
     if command == "run":
@@ -126,9 +128,11 @@ def run_daemon(config: Path | None) -> int:
     from prober.web import WEB_CONFIG, build_app
 
     settings = load_settings(config)
+    server = settings.server
+    # Bind before anything starts: a port in use is a one-line error, before any probe.
+    sockets = bind(server)
     setup_logging(settings.logging.format, settings.logging.level)
     log = get_logger("prober")
-    server = settings.server
     loop, loop_name = new_event_loop(server.event_loop)
     asyncio.set_event_loop(loop)
     app = build_app(settings)
@@ -141,8 +145,7 @@ def run_daemon(config: Path | None) -> int:
     web.run_app(
         app,
         loop=loop,
-        host=server.host,
-        port=server.port,
+        sock=sockets,
         ssl_context=web_config.ssl_context(),
         print=None,
         access_log=None,
@@ -151,6 +154,40 @@ def run_daemon(config: Path | None) -> int:
     )
     log.info("stopped")
     return 0
+
+
+def listen_addresses(server: ServerConfig) -> list[tuple[Any, ...]]:
+    """`server.listen` resolved, one (family, type, proto, address) per address; ConfigError."""
+    host = server.host or None
+    try:
+        infos = socket.getaddrinfo(
+            host, server.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "invalid host name"
+        raise ConfigError([f"server.listen: cannot resolve {server.host!r}: {reason}"]) from None
+    unique = {(family, kind, proto, address) for family, kind, proto, _, address in infos}
+    return sorted(unique, key=repr)
+
+
+def bind(server: ServerConfig) -> list[socket.socket]:
+    """Listening sockets on every address of `server.listen`, or ConfigError naming it."""
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, address in listen_addresses(server):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio does: v4 and v6 bind separately
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(128)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        problem = f"server.listen: cannot listen on {server.listen}: {exc.strerror or exc}"
+        raise ConfigError([problem]) from None
+    return sockets
 
 
 def _sim(args: argparse.Namespace) -> int:
@@ -174,11 +211,11 @@ async def _probe(args: argparse.Namespace) -> int:
 
     headers: dict[str, str] = {}
     if args.api_key_env:
-        key = os.environ.get(args.api_key_env)
+        key = os.environ.get(args.api_key_env, "").strip()
         if not key:
             raise ConfigError([f"--api-key-env: environment variable {args.api_key_env} is unset"])
-        register_secret(key.strip())
-        headers["Authorization"] = f"Bearer {key.strip()}"
+        check_api_key(key, "--api-key-env", f"environment variable {args.api_key_env}")
+        headers["Authorization"] = f"Bearer {key}"
     prompt, _ = PromptBuilder().build(args.prompt_tokens)
     spec = RequestSpec(
         base_url=args.url,

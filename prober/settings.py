@@ -12,10 +12,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import ssl
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 import yaml
+import yarl
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -38,8 +40,23 @@ from prober.request import Api
 from prober.runtime import EventLoopChoice
 from prober.webconfig import load_web_config
 
-PositiveSeconds = Annotated[float, Field(gt=0)]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+# Every duration is finite and at most a week: an `.inf` or 1e300 would pass a plain `gt=0`
+# and then overflow every timer and timedelta built from it.
+MAX_SECONDS = 7 * 86_400.0
+PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_KEY = re.compile(r"[\x21-\x7e]+")  # one token of printable ASCII: what a header can carry
+# Set by the prober itself on every request; a configured one would be sent twice or win.
+_RESERVED_HEADERS = frozenset(
+    {"x-request-id", "accept-encoding", "content-length", "content-type", "transfer-encoding"}
+)
+# Header names whose values are credentials wherever they appear (Azure's `api-key`, ...).
+SECRET_HEADER_NAMES = frozenset(
+    {"proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "x-auth-token",
+     "ocp-apim-subscription-key", "cookie", "x-amz-security-token", "private-token"}
+)  # fmt: skip
 
 
 class ConfigError(Exception):
@@ -74,8 +91,15 @@ class TlsConfig(_Strict):
     @field_validator("ca_file")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"no such file: {value}")
+        if value is None:
+            return None
+        if not value.is_file():
+            raise ValueError(f"no such file: {_show(value)}")
+        try:
+            ssl.create_default_context(cafile=str(value))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            problem = f"{_show(value)} holds no PEM certificate ({_one_line(exc)})"
+            raise ValueError(problem) from None
         return value
 
 
@@ -104,14 +128,17 @@ class TargetConfig(_Strict):
     url: str
     model: str
     api: Api = Api.CHAT
-    interval_seconds: Annotated[float, Field(ge=0.1)] = 15.0
-    jitter_seconds: Annotated[float, Field(ge=0)] = 1.0
+    interval_seconds: Annotated[float, Field(ge=0.1, le=MAX_SECONDS)] = 15.0
+    jitter_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 1.0
     prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 64
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 16
     warmup: Annotated[int, Field(ge=0, le=100)] = 1
     cache_bust: bool = True
     timeouts: TimeoutsConfig = TimeoutsConfig()
     headers: dict[str, str] = {}
+    # Names of `headers` whose values are credentials, redacted like the API key (names in
+    # SECRET_HEADER_NAMES always are).
+    secret_headers: list[str] = []
     api_key_env: str | None = None
     api_key_file: Path | None = None
     slo: SloConfig = SloConfig()
@@ -119,7 +146,7 @@ class TargetConfig(_Strict):
     extra_body: dict[str, Any] = {}
     metrics_url: str | None = None
     engine: Literal["vllm", "llamacpp", "sglang", "tgi"] | None = None
-    metrics_interval_seconds: Annotated[float, Field(ge=0.5)] = 5.0
+    metrics_interval_seconds: Annotated[float, Field(ge=0.5, le=MAX_SECONDS)] = 5.0
     load: LoadConfig | None = None
     # The engine's parallel slots (vLLM --max-num-seqs, llama-server -np, OLLAMA_NUM_PARALLEL):
     # a hint for the queue estimate, which learns them when unset.
@@ -140,15 +167,15 @@ class TargetConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("must be 1-64 of letters, digits, '_', '.', ':', '-'")
         return value
 
     @field_validator("url", "metrics_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        if value is not None:
+            check_url(value)
         return value
 
     @field_validator("model")
@@ -161,12 +188,25 @@ class TargetConfig(_Strict):
     @field_validator("headers")
     @classmethod
     def _headers(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
+        for key, text in value.items():
+            if not _HEADER_NAME.fullmatch(key):
                 raise ValueError(f"invalid header name {key!r}")
             if key.lower() == "authorization":
                 # Keys come only from a variable or a file, where they are read and redacted.
                 raise ValueError("set the API key with api_key_env or api_key_file, not headers")
+            if key.lower() in _RESERVED_HEADERS:
+                raise ValueError(f"{key} is set by the prober itself")
+            if _CONTROL.search(text):  # never echo the value: it may be a credential
+                raise ValueError(f"value of {key} holds a line break or control character")
+        return value
+
+    @field_validator("secret_headers")
+    @classmethod
+    def _secret_headers(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        names = {name.lower() for name in info.data.get("headers", {})}
+        for name in value:
+            if name.lower() not in names:
+                raise ValueError(f"{_show(name)} is not one of headers")
         return value
 
     @field_validator("jitter_seconds")
@@ -187,7 +227,7 @@ class TargetConfig(_Strict):
 
 class ServerConfig(_Strict):
     listen: str = "0.0.0.0:9470"
-    grace_seconds: PositiveSeconds = 10.0
+    grace_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     web_config_file: Path | None = None  # exporter-toolkit shape: TLS, basic auth
     event_loop: EventLoopChoice = "auto"  # auto: uvloop when installed (prober/runtime.py)
 
@@ -208,9 +248,11 @@ class ServerConfig(_Strict):
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        _, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        host, sep, port = value.rpartition(":")
+        if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
             raise ValueError(f"must be HOST:PORT, got {value!r}")
+        if _CONTROL.search(host) or " " in host:
+            raise ValueError(f"invalid host in {value!r}")
         return value
 
     @property
@@ -290,6 +332,9 @@ def load_settings(path: Path | None) -> Settings:
     problems = [p for i, t in enumerate(settings.targets) if (p := _api_key_problem(i, t))]
     if problems:
         raise ConfigError(problems)
+    for target in settings.targets:
+        for value in secret_header_values(target):
+            register_secret(value)
     return settings
 
 
@@ -345,21 +390,73 @@ def _api_key_problem(index: int, target: TargetConfig) -> str:
 
 
 def resolve_api_key(target: TargetConfig) -> str | None:
-    """The API key's value, from the environment variable or file the target names."""
+    """The API key's value, from the environment variable or file the target names.
+
+    It must be one token of printable ASCII (what an `Authorization` header can carry): a
+    key file of two lines, or a binary one, is a configuration error, not a failing probe.
+    """
     if target.api_key_env:
-        value = os.environ.get(target.api_key_env)
+        value = os.environ.get(target.api_key_env, "").strip()
         if not value:
             raise ConfigError([f"api_key_env: environment variable {target.api_key_env} is unset"])
-        register_secret(value.strip())
-        return value.strip()
+        check_api_key(value, "api_key_env", f"environment variable {target.api_key_env}")
+        return value
     if target.api_key_file:
-        try:
-            value = target.api_key_file.read_text().strip()
-        except OSError as exc:
-            problem = f"api_key_file: cannot read {target.api_key_file}: {exc.strerror}"
-            raise ConfigError([problem]) from None
-        if not value:
-            raise ConfigError([f"api_key_file: {target.api_key_file} is empty"])
-        register_secret(value)
+        value = _read_key_file(target.api_key_file)
+        check_api_key(value, "api_key_file", _show(target.api_key_file))
         return value
     return None
+
+
+def _read_key_file(path: Path) -> str:
+    try:
+        value = path.read_bytes().decode("utf-8").strip()
+    except OSError as exc:
+        problem = f"api_key_file: cannot read {_show(path)}: {exc.strerror}"
+        raise ConfigError([problem]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"api_key_file: {_show(path)} is not text (binary file?)"]) from None
+    if not value:
+        raise ConfigError([f"api_key_file: {_show(path)} is empty"])
+    return value
+
+
+def check_api_key(value: str, field: str, where: str) -> None:
+    """Register `value` as a secret; ConfigError naming `field` unless it fits a header."""
+    register_secret(value)  # first: a rejected key must not be printed either
+    if "\n" in value or "\r" in value:
+        raise ConfigError([f"{field}: the key in {where} holds more than one line"])
+    if not _KEY.fullmatch(value):  # never echo the value, nor which character is wrong
+        problem = "is not one token of printable ASCII (a space or control character?)"
+        raise ConfigError([f"{field}: the key in {where} {problem}"])
+
+
+def secret_header_values(target: TargetConfig) -> list[str]:
+    """Values of the target's headers that are credentials (declared, or by their name)."""
+    declared = {name.lower() for name in target.secret_headers} | SECRET_HEADER_NAMES
+    return [value for name, value in target.headers.items() if name.lower() in declared]
+
+
+def check_url(value: str) -> None:
+    """An http(s) URL with a host, a valid port and no credentials; else ValueError."""
+    if not re.match(r"https?://[^/\s]+", value) or not value.isprintable() or " " in value:
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    try:
+        url = yarl.URL(value)
+        port = url.port
+    except ValueError as exc:
+        raise ValueError(f"invalid URL {value!r}: {exc}") from None
+    if not url.host or port == 0:
+        raise ValueError(f"invalid URL {value!r}: no host or port 0")
+    if url.user is not None or url.password is not None:
+        raise ValueError("credentials in the URL: use api_key_env, api_key_file or headers")
+
+
+def _show(value: object) -> str:
+    """A path or name as text for a one-line message: quoted when it holds a line break."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]

@@ -19,8 +19,10 @@ probes need them without credentials). Passwords are checked with `bcrypt.checkp
 event loop, one at a time, so a flood of wrong guesses costs at most one core and never stalls
 a probe's timestamps; a successful check is cached by a SHA-256 of user, password and hash,
 as exporter-toolkit does, so a scrape every few seconds does not pay bcrypt's cost each time.
-An unknown user is checked against a dummy hash, so response time does not reveal which
-users exist.
+An unknown user is checked against a dummy hash of the highest configured cost, so response
+time does not reveal which users exist. At most MAX_WAITING_CHECKS checks wait for the
+worker; beyond that a request is answered 429 at once (a cached right password still passes).
+An encrypted TLS key is refused at load time (OpenSSL would otherwise prompt on the terminal).
 """
 
 from __future__ import annotations
@@ -53,8 +55,28 @@ _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 _MIN_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 _HASH_FORMS = "($2a$, $2b$ or $2y$, cost 4-31)"
 _CACHE_SIZE = 256
-# Any well-formed hash works: it only makes a check for an unknown user cost the same.
-_DUMMY_HASH = b"$2b$10$" + b"." * 53
+# Checks waiting for the one bcrypt worker; beyond it a request is answered 429 at once, so
+# a flood of guesses cannot hold a scrape with the right password for seconds.
+MAX_WAITING_CHECKS = 4
+
+
+def dummy_hash(users: Mapping[str, bytes]) -> bytes:
+    """A well-formed hash at the highest cost in `users`: checking an unknown user against it
+    costs what a known user's check costs, so timing does not tell which users exist."""
+    cost = max((int(hashed[4:6]) for hashed in users.values()), default=10)
+    return b"$2b$%02d$" % cost + b"." * 53
+
+
+class AuthBusy(Exception):
+    """More than MAX_WAITING_CHECKS password checks are waiting."""
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    raise _EncryptedKey
 
 
 class WebConfigError(ValueError):
@@ -84,7 +106,8 @@ class WebConfig:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = self.min_version
-        context.load_cert_chain(self.cert_file, self.key_file)
+        # Without a callback OpenSSL would prompt on the terminal for an encrypted key.
+        context.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
         return context
 
     def middlewares(self) -> list[Middleware]:
@@ -143,8 +166,11 @@ def _tls(raw: Any, base: Path) -> tuple[dict[str, Any], list[str]]:
     if not problems:
         try:
             WebConfig(**out).ssl_context()
-        except (ssl.SSLError, OSError) as exc:
-            problems.append(f"{where}: cannot load cert_file/key_file: {exc}")
+        except _EncryptedKey:
+            problems.append(f"{where}.key_file: passphrase-protected keys are not supported")
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            reason = " ".join(str(exc).split())
+            problems.append(f"{where}: cannot load cert_file/key_file: {reason}")
     return out, problems
 
 
@@ -179,11 +205,20 @@ class BasicAuthMiddleware:
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = dict(users)
+        self._dummy = dummy_hash(self._users)
         self._verified: OrderedDict[bytes, None] = OrderedDict()
         self._lock = asyncio.Lock()
+        self._waiting = 0
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS or await self._allowed(request):
+        try:
+            allowed = request.path in OPEN_PATHS or await self._allowed(request)
+        except AuthBusy:
+            raise web.HTTPTooManyRequests(
+                text="429 Too Many Requests: password checks queued\n",
+                headers={"Retry-After": "1"},
+            ) from None
+        if allowed:
             return await handler(request)
         raise web.HTTPUnauthorized(
             text="401 Unauthorized\n",
@@ -199,18 +234,27 @@ class BasicAuthMiddleware:
         return await self.check(auth.login, auth.password)
 
     async def check(self, user: str, password: str) -> bool:
-        """True when `password` matches `user`'s hash; every miss costs one bcrypt check."""
+        """True when `password` matches `user`'s hash; every miss costs one bcrypt check.
+
+        Raises `AuthBusy` instead of queueing behind MAX_WAITING_CHECKS others.
+        """
         hashed = self._users.get(user)
         known = hashed is not None
-        hashed = hashed if hashed is not None else _DUMMY_HASH
+        hashed = hashed if hashed is not None else self._dummy
         secret = password.encode()
         key = hashlib.sha256(b"\0".join((user.encode(), secret, hashed))).digest()
         if key in self._verified:
             self._verified.move_to_end(key)
             return True
         # One check at a time: guesses queue here instead of taking every core.
-        async with self._lock:
-            ok = await asyncio.to_thread(_checkpw, secret, hashed)
+        if self._waiting >= MAX_WAITING_CHECKS:
+            raise AuthBusy
+        self._waiting += 1
+        try:
+            async with self._lock:
+                ok = await asyncio.to_thread(_checkpw, secret, hashed)
+        finally:
+            self._waiting -= 1
         if ok and known:
             self._verified[key] = None
             if len(self._verified) > _CACHE_SIZE:

@@ -10,6 +10,7 @@ Three sources of input: arbitrary text as the file; documents shaped like a conf
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -185,3 +186,154 @@ def test_a_valid_file_still_loads() -> None:
         settings = check(path, set())
     assert settings is not None
     assert settings.targets[0].name == "a"
+
+
+# -- hostile values, generated per class (issue 12) ---------------------------------------
+#
+# Each class is a field and a strategy of values that once passed validation and then crashed
+# `run` (OverflowError on every probe, a traceback, a prompt on the terminal) or went out on
+# the wire. Whatever value the strategy draws, loading must fail with exactly one line that
+# names the field.
+
+DURATIONS = [
+    ("interval_seconds",), ("jitter_seconds",), ("metrics_interval_seconds",),
+    ("timeouts", "connect_seconds"), ("timeouts", "first_token_seconds"),
+    ("timeouts", "idle_seconds"), ("timeouts", "total_seconds"),
+    ("slo", "ttft_seconds"), ("slo", "tpot_seconds"), ("slo", "e2e_seconds"),
+]  # fmt: skip
+BAD_SECONDS = st.sampled_from([math.inf, -math.inf, math.nan, 1e300, 1e20]) | st.floats(
+    min_value=7 * 86_400 + 1, allow_infinity=True
+)
+CONTROL = st.sampled_from(["\r\n", "\n", "\r", "\x00", "\x7f", "\x1b", "\x0b"])
+SAFE_TEXT = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=12)
+BAD_PORTS = st.integers(65_536, 10**7) | st.sampled_from([0, -1])
+BAD_URLS = st.one_of(
+    BAD_PORTS.map(lambda port: f"http://127.0.0.1:{port}/v1"),
+    st.tuples(CONTROL | st.just(" "), SAFE_TEXT).map(lambda p: f"http://h/v1{p[0]}{p[1]}"),
+    st.sampled_from(["http://[::1/v1", "http://h:80x/v1", "http://user:pw@h/v1", "http:///v1"]),
+)
+BAD_NAMES = st.tuples(
+    st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
+    st.sampled_from(["\n", " ", "\t", "é", "/", "\r\n", "\x00"]),
+).map("".join)
+BAD_HEADER_VALUES = st.tuples(SAFE_TEXT, CONTROL, SAFE_TEXT).map("".join)
+BAD_KEY_FILES = st.one_of(
+    st.binary(max_size=40).map(lambda b: b"\xff" + b),  # never valid UTF-8
+    st.tuples(SAFE_TEXT.filter(bool), st.sampled_from([b"\n", b"\r\n", b"\r"]),
+              SAFE_TEXT.filter(bool)).map(lambda p: p[0].encode() + p[1] + p[2].encode()),
+    st.tuples(SAFE_TEXT.filter(bool), st.sampled_from([b" ", b"\t", b"\x00", b"\x1b"]),
+              SAFE_TEXT.filter(bool)).map(lambda p: p[0].encode() + p[1] + p[2].encode()),
+    st.sampled_from([b"", b"  \n\n", "sk-é".encode()]),
+)  # fmt: skip
+NOT_PEM = st.binary(max_size=200).filter(lambda b: b"-----BEGIN" not in b)
+
+
+def base_target() -> dict[str, Any]:
+    return {"name": "a", "url": "http://127.0.0.1:1/v1", "model": "m"}
+
+
+def expect_one_problem(document: dict[str, Any], field: str, folder: Path) -> None:
+    path = folder / "config.yml"
+    path.write_text(yaml.safe_dump(document, allow_unicode=True))
+    try:
+        load_settings(path)
+    except ConfigError as exc:
+        problems = exc.problems
+    else:
+        raise AssertionError(f"{field}: accepted")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{field}: "), problems
+    assert "\n" not in problems[0]
+    assert "\r" not in problems[0]
+
+
+@given(st.sampled_from(DURATIONS), BAD_SECONDS)
+def test_property_durations_are_finite_and_bounded(path: tuple[str, ...], seconds: float) -> None:
+    target = base_target()
+    if path == ("jitter_seconds",):
+        target["interval_seconds"] = 15
+    node = target
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = seconds
+    with isolated() as folder:
+        expect_one_problem({"targets": [target]}, "targets[0]." + ".".join(path), folder)
+
+
+@given(BAD_SECONDS | st.floats(max_value=0))
+def test_property_grace_seconds_is_finite_and_bounded(seconds: float) -> None:
+    with isolated() as folder:
+        doc = {"server": {"grace_seconds": seconds}, "targets": [base_target()]}
+        expect_one_problem(doc, "server.grace_seconds", folder)
+
+
+@given(st.sampled_from(["url", "metrics_url"]), BAD_URLS)
+def test_property_bad_urls_are_refused(field: str, url: str) -> None:
+    with isolated() as folder:
+        expect_one_problem({"targets": [{**base_target(), field: url}]}, f"targets[0].{field}",
+                           folder)  # fmt: skip
+
+
+@given(BAD_NAMES)
+def test_property_target_names_are_one_clean_token(name: str) -> None:
+    with isolated() as folder:
+        expect_one_problem({"targets": [{**base_target(), "name": name}]}, "targets[0].name",
+                           folder)  # fmt: skip
+
+
+@given(st.sampled_from(["X-Team", "api-key", "X-Custom"]), BAD_HEADER_VALUES)
+def test_property_header_values_carry_no_line_break(name: str, value: str) -> None:
+    with isolated() as folder:
+        target = {**base_target(), "headers": {name: value}}
+        expect_one_problem({"targets": [target]}, "targets[0].headers", folder)
+
+
+@given(st.sampled_from(["X-Request-Id", "accept-encoding", "Content-Length", "X-Team\n"]))
+def test_property_reserved_or_malformed_header_names(name: str) -> None:
+    with isolated() as folder:
+        target = {**base_target(), "headers": {name: "v"}}
+        expect_one_problem({"targets": [target]}, "targets[0].headers", folder)
+
+
+@given(st.integers(65_536, 10**7).map(str) | st.sampled_from(["", "-1", "x", "٣٣", "80\n"]))
+def test_property_listen_port_is_a_port(port: str) -> None:
+    with isolated() as folder:
+        doc = {"server": {"listen": f"0.0.0.0:{port}"}, "targets": [base_target()]}
+        expect_one_problem(doc, "server.listen", folder)
+
+
+@given(BAD_KEY_FILES)
+def test_property_key_files_hold_one_printable_token(data: bytes) -> None:
+    with isolated() as folder:
+        key = folder / "key"
+        key.write_bytes(data)
+        target = {**base_target(), "api_key_file": str(key)}
+        expect_one_problem({"targets": [target]}, "targets[0].api_key_file", folder)
+
+
+@given(NOT_PEM)
+def test_property_ca_file_must_hold_a_certificate(data: bytes) -> None:
+    with isolated() as folder:
+        ca = folder / "ca.pem"
+        ca.write_bytes(data)
+        target = {**base_target(), "url": "https://127.0.0.1:1/v1", "tls": {"ca_file": str(ca)}}
+        expect_one_problem({"targets": [target]}, "targets[0].tls.ca_file", folder)
+
+
+def test_secret_headers_must_name_configured_headers() -> None:
+    with isolated() as folder:
+        target = {**base_target(), "headers": {"X-A": "v"}, "secret_headers": ["X-B"]}
+        expect_one_problem({"targets": [target]}, "targets[0].secret_headers", folder)
+
+
+def test_secret_header_values_are_redacted_once_loaded() -> None:
+    with isolated() as folder:
+        target = {**base_target(), "headers": {"api-key": "azure-key-123456789",
+                  "X-Token": "custom-token-98765", "X-Team": "search-team"},
+                  "secret_headers": ["x-token"]}  # fmt: skip
+        path = folder / "config.yml"
+        path.write_text(yaml.safe_dump({"targets": [target]}))
+        load_settings(path)
+        assert logs.redact("azure-key-123456789 custom-token-98765 search-team") == (
+            "[REDACTED] [REDACTED] search-team"
+        )
