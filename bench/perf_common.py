@@ -167,6 +167,25 @@ class Sim:
         self.close()
 
 
+class TruthServer(Sim):
+    """`truth_server.py` in a process of its own: arrival and token-write stamps per request
+    (`truth()`), 50 ms to the first token, then a token every 10 ms (`STEP_SECONDS`)."""
+
+    def __init__(self, cpus: set[int] | None = None) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [PYTHON, str(ROOT / "bench" / "truth_server.py"), "--port", str(self.port),
+             "--step", f"{STEP_SECONDS:g}"], cwd=ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, preexec_fn=_affinity(cpus),
+        )  # fmt: skip
+        wait_http(f"http://127.0.0.1:{self.port}/health")
+
+    def truth(self) -> dict[str, list[Any]]:
+        """{request id: [arrival_ns, [token write ns, ...]]} since the last call."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/truth", timeout=30) as resp:
+            return dict(json.load(resp))
+
+
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (from /proc, clock-tick resolution)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

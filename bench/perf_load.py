@@ -21,9 +21,11 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from perf_common import (
     Sim,
+    TruthServer,
     add_client_args,
     add_run_args,
     add_worker_args,
@@ -70,9 +72,11 @@ async def _drive(
     sent: list[int] = []
     first: list[int] = []
     ok: list[int] = []
+    ids: list[str] = []
 
     def on_result(result: RequestResult) -> None:
         capacity.observe(result)
+        ids.append(result.request_id)
         sched.append(result.t_sched_ns)
         sent.append(result.t_send_ns)
         first.append(result.t_first_token_ns or 0)
@@ -98,6 +102,7 @@ async def _drive(
         "dropped": driver.dropped,
         "cpu_share": cpu / seconds,
         "ttft_p50_ms": pct([(first[i] - sched[i]) / 1e6 for i in counted if first[i]], 50),
+        "ttft_ms": {ids[i]: (first[i] - sched[i]) / 1e6 for i in counted if first[i]},
     }
 
 
@@ -110,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="50,100,200,300,400")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--server", choices=["sim", "truth"], default="sim",
+        help="truth: bench/truth_server.py, and TTFT percentiles against its stamps",
+    )  # fmt: skip
     add_run_args(parser)
     add_client_args(parser, "prober")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -128,8 +137,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         for repeat in range(ns.repeats):
             for client in clients:
                 wait_quiet(ns.quiet)
-                # A fresh simulator per run: its CPU share is this run's alone.
-                with Sim(SIM_ARGS, cpus=sim_cpus) as sim:
+                # A fresh server per run: its CPU share is this run's alone.
+                server = (
+                    TruthServer(sim_cpus) if ns.server == "truth" else Sim(SIM_ARGS, cpus=sim_cpus)
+                )
+                with server as sim:
                     figures = one_run(ns, sim, rate, client, client_cpus)
                 runs.setdefault((rate, client), []).append(figures)
                 print(
@@ -151,6 +163,7 @@ def one_run(
         "--rate", str(rate), "--seconds", str(ns.seconds), "--tokens", str(ns.tokens),
     ]  # fmt: skip
     run = sim.run_worker(args, env, cpus)
+    errors = ttft_errors(sim.truth(), run["ttft_ms"]) if isinstance(sim, TruthServer) else {}  # type: ignore[arg-type]
     lags: list[float] = run["lags_ms"]  # type: ignore[assignment]
     requests = int(run["requests"])  # type: ignore[call-overload]
     return {
@@ -164,6 +177,21 @@ def one_run(
         "ttft_p50": float(run["ttft_p50_ms"]),  # type: ignore[arg-type]
         "achieved_rate": requests / (ns.seconds - WARMUP_SECONDS),
         "other_load": float(run["other_load"]),  # type: ignore[arg-type]
+    } | errors
+
+
+def ttft_errors(truth: dict[str, list[Any]], seen_ms: dict[str, float]) -> dict[str, float]:
+    """TTFT p50 / p99 as the driver saw it (from `t_sched`) minus the truth's (the server's
+    first-token write − the request's arrival there), over the same requests."""
+    client, true = [], []
+    for rid, ms in seen_ms.items():
+        if rid in truth:
+            arrival, writes = truth[rid]
+            client.append(ms)
+            true.append((writes[0] - arrival) / 1e6)
+    return {
+        "ttft_p50_err": pct(client, 50) - pct(true, 50),
+        "ttft_p99_err": pct(client, 99) - pct(true, 99),
     }
 
 
@@ -171,7 +199,7 @@ def report(
     rates: list[float], clients: list[str], runs: dict[tuple[float, str], list[dict[str, float]]]
 ) -> None:
     def med(rate: float, client: str, key: str) -> float:
-        return median(r[key] for r in runs[(rate, client)])
+        return median(r.get(key, float("nan")) for r in runs[(rate, client)])
 
     print(f"\nmedians of {len(next(iter(runs.values())))} runs; dispatch lag in ms")
     columns = (  # key, heading, digits, width
@@ -179,7 +207,8 @@ def report(
         ("lag_p99", "lag p99", 2, 8), ("lag_max", "lag max", 2, 8), ("ok_share", "ok", 3, 6),
         ("dropped", "dropped", 0, 8), ("cpu_share", "client cpu", 2, 11),
         ("sim_cpu_share", "sim cpu", 2, 8), ("ttft_p50", "TTFT p50", 1, 9),
-        ("other_load", "other", 2, 6),
+        ("other_load", "other", 2, 6), ("ttft_p50_err", "TTFT err p50", 2, 12),
+        ("ttft_p99_err", "p99", 2, 6),
     )  # fmt: skip
     print(f"{'rate/s':>7} {'client':<16} " + " ".join(f"{h:>{w}}" for _, h, _, w in columns))
     for rate in rates:
