@@ -8,15 +8,16 @@ id as an exemplar, so a slow bucket leads to one concrete request in the logs.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import TypeGuard, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import timings
-from prober.result import Outcome, RequestResult
+from prober.result import MAX_COUNT, Outcome, RequestResult
 from prober.timings import Slo
 
 # vLLM's TTFT buckets (so client and server series share queries), up to minutes.
@@ -195,18 +196,25 @@ class Metrics:
             self.requests.labels(*labels.with_mode("probe"), outcome.value)
 
     def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
-        """Observe one result; return whether it was good (within SLO)."""
+        """Observe one result; return whether it was good (within SLO).
+
+        It never raises: a count outside [0, 2**53) or a duration that is negative or not
+        finite (whatever a server sent, however the result was built) is left out, so one
+        hostile answer can neither crash the caller nor poison a histogram's sum.
+        """
         key = labels.with_mode(mode)
         child = self._child
         exemplar = {"request_id": result.request_id[:64]} if result.request_id else None
         child(self.requests, (*key, result.outcome.value)).inc()
-        child(self.dispatch_lag, key).observe(timings.dispatch_lag(result))
-        if result.prompt_tokens:
-            child(self.tokens, (*key, "prompt")).inc(result.prompt_tokens)
-        if result.output_tokens:
-            child(self.tokens, (*key, "output")).inc(result.output_tokens)
-        if result.reasoning_tokens:
-            child(self.tokens, (*key, "reasoning")).inc(result.reasoning_tokens)
+        if _duration(lag := timings.dispatch_lag(result)):
+            child(self.dispatch_lag, key).observe(lag)
+        for kind, count in (
+            ("prompt", result.prompt_tokens),
+            ("output", result.output_tokens),
+            ("reasoning", result.reasoning_tokens),
+        ):
+            if count and _count(count):
+                child(self.tokens, (*key, kind)).inc(count)
         self._observe_latencies(result, key, exemplar)
         good = timings.is_good(result, slo)
         if good:
@@ -229,21 +237,35 @@ class Metrics:
         self, r: RequestResult, key: tuple[str, str, str], exemplar: dict[str, str] | None
     ) -> None:
         child = self._child
-        if (first := timings.ttft(r)) is not None:
+        if _duration(first := timings.ttft(r)):
             child(self.ttft, key).observe(first, exemplar)
-        if (first_content := timings.ttfo(r)) is not None:
+        if _duration(first_content := timings.ttfo(r)):
             child(self.ttfo, key).observe(first_content, exemplar)
-        if (per_token := timings.tpot(r)) is not None:
+        if _duration(per_token := timings.tpot(r)):
             child(self.tpot, key).observe(per_token, exemplar)
-        observe_many(child(self.itl, key), timings.itl_gaps(r))
-        if (total := timings.e2e(r)) is not None:
+        gaps = timings.itl_gaps(r)
+        if gaps and not 0.0 <= min(gaps) <= max(gaps) < math.inf:  # stamps out of order
+            gaps = [gap for gap in gaps if 0.0 <= gap < math.inf]
+        observe_many(child(self.itl, key), gaps)
+        if _duration(total := timings.e2e(r)):
             child(self.e2e, key).observe(total, exemplar)
-        if r.server_prefill_seconds is not None:
-            child(self.server_prefill, key).observe(r.server_prefill_seconds)
-        if r.server_decode_per_token_seconds is not None:
-            child(self.server_decode, key).observe(r.server_decode_per_token_seconds)
+        if _duration(prefill := r.server_prefill_seconds):
+            child(self.server_prefill, key).observe(prefill)
+        if _duration(decode := r.server_decode_per_token_seconds):
+            child(self.server_decode, key).observe(decode)
 
     def record_probe(self, result: RequestResult, labels: Labels, wall_end: float) -> None:
         key = (labels.target, labels.model)
         self.probe_success.labels(*key).set(1 if result.ok else 0)
-        self.last_probe.labels(*key).set(wall_end)
+        if math.isfinite(wall_end):
+            self.last_probe.labels(*key).set(wall_end)
+
+
+def _duration(seconds: float | None) -> TypeGuard[float]:
+    """A duration worth observing: finite and not negative (None, NaN, ±inf are not)."""
+    return seconds is not None and 0.0 <= seconds < math.inf
+
+
+def _count(n: int) -> bool:
+    """A count worth adding: an integer in [0, 2**53)."""
+    return isinstance(n, int) and 0 <= n < MAX_COUNT

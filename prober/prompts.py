@@ -8,6 +8,11 @@ ratio and the estimate converges within a few requests.
 Cache-busting (default): every prompt starts with random words, so no prefix cache can serve
 it. With cache-busting off the prompt for a given length is identical every time (the bench
 experiment that proves caching matters).
+
+Calibration is bounded, because the count comes from the server: a report whose ratio lies
+outside [0.25, 8] tokens per word (a server that always says 1, or 10**15) is ignored and
+counted in `rejected`, and the ratio itself stays in that range, so a prompt never exceeds
+four words per requested token (plus the instruction) whatever the server reports.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ _INSTRUCTION = "Write a long, detailed story that uses these words:"
 _BUST_WORDS = 6
 _INITIAL_TOKENS_PER_WORD = 1.3
 _SMOOTHING = 0.8
+# Plausible tokens per word for these words, chat template overhead included. An English
+# word is rarely under a third of a token or over a few; 8 leaves room for a template's
+# overhead on a prompt of a dozen words.
+MIN_TOKENS_PER_WORD = 0.25
+MAX_TOKENS_PER_WORD = 8.0
 
 
 class PromptBuilder:
@@ -50,13 +60,15 @@ class PromptBuilder:
         self._cache_bust = cache_bust
         self._rng = random.Random(seed)
         self._tokens_per_word = _INITIAL_TOKENS_PER_WORD
+        self.rejected = 0  # reports ignored as implausible
 
     @property
     def tokens_per_word(self) -> float:
         return self._tokens_per_word
 
     def words_for(self, tokens: int) -> int:
-        return max(1, round(tokens / self._tokens_per_word))
+        most = max(1, round(tokens / MIN_TOKENS_PER_WORD))
+        return min(most, max(1, round(tokens / self._tokens_per_word)))
 
     def build(self, tokens: int) -> tuple[str, int]:
         """A prompt of about `tokens` tokens, and its word count (to pass to `observe`)."""
@@ -74,9 +86,16 @@ class PromptBuilder:
         text = " ".join([*bust, _INSTRUCTION, *body]) if bust else " ".join([_INSTRUCTION, *body])
         return text, len(text.split())
 
-    def observe(self, words: int, prompt_tokens: int) -> None:
-        """Learn from the server's `usage.prompt_tokens` for a prompt of `words` words."""
+    def observe(self, words: int, prompt_tokens: int) -> bool:
+        """Learn from the server's `usage.prompt_tokens` for a prompt of `words` words.
+
+        False (and `rejected` counts it) when the ratio is implausible: it is not learned.
+        """
         if words <= 0 or prompt_tokens <= 0:
-            return
+            return False
         ratio = prompt_tokens / words
+        if not MIN_TOKENS_PER_WORD <= ratio <= MAX_TOKENS_PER_WORD:
+            self.rejected += 1
+            return False
         self._tokens_per_word += _SMOOTHING * (ratio - self._tokens_per_word)
+        return True

@@ -25,14 +25,24 @@ from enum import StrEnum
 from typing import Any
 
 import aiohttp
+from multidict import CIMultiDict
 
 from prober.result import Outcome, RequestResult
 from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
-from prober.stream import Finish, InStreamError, StreamState
+from prober.stream import Finish, InStreamError, StreamState, max_events
 from prober.wire import SendStamp, arrival_clock, request_session
 
 _ERROR_BODY_BYTES = 2048
+_ERROR_BODY_SECONDS = 1.0  # an error body that trickles is cut here, not at the deadline
+_ERROR_CHARS = 200
 _STALE_WITHIN_SECONDS = 0.25
+# After the end of a stream, how long and how much of what follows is read so the connection
+# can go back to the pool (the chunked terminator usually follows within microseconds). A
+# server that keeps sending, or holds the connection open, has its connection closed.
+_AFTER_END_SECONDS = 0.05
+_AFTER_END_BYTES = 64 * 1024
+_BYTES_PER_EVENT = 16 * 1024  # body bytes allowed per event of the bound, beyond 4 lines
+MAX_RETRY_AFTER_SECONDS = 86_400.0
 
 
 class Api(StrEnum):
@@ -142,6 +152,7 @@ class _Exchange:
             ndjson=spec.api is Api.OLLAMA,
             keep_text=spec.keep_text,
             on_first_token=on_first_token,
+            event_limit=max_events(spec.max_tokens),
         )
         self.phase = _Phase.CONNECT
         self.wall_start = time.time()
@@ -152,10 +163,11 @@ class _Exchange:
     def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
         # Nothing written (no connection) or no trace on the session: the attempt's start.
         t_send = self.sent.ns or self.t_start_ns
+        # A stream that reached its end ended then, whatever happened to the connection after.
+        t_end = self.state.t_done_ns or time.perf_counter_ns()
         return self.state.result(
-            outcome, error, status, self.t_sched_ns, t_send, time.perf_counter_ns(),
-            self.wall_start,
-        )  # fmt: skip
+            outcome, error, status, self.t_sched_ns, t_send, t_end, self.wall_start
+        )
 
     async def run(self, *, deadlines: tuple[float, float] | None = None) -> RequestResult:
         """One attempt; `deadlines` (a first attempt's) make this a retry that may not retry."""
@@ -178,8 +190,16 @@ class _Exchange:
                     self.phase = _Phase.FIRST_TOKEN
                     if resp.status != 200:
                         return await _http_failure(resp, self.finish)
+                    if encoding := _compressed(resp):
+                        return self.finish(
+                            Outcome.PROTOCOL_ERROR,
+                            f"compressed body refused (Content-Encoding: {encoding})",
+                            resp.status,
+                        )
                     await self._read_body(resp, deadline, total_deadline)
         except TimeoutError as exc:
+            if self.state.done:  # the deadline fell while reading past the end
+                return self.state.conclude(self.finish)
             return self._timed_out(exc, loop.time() >= total_deadline - 1e-3)
         except InStreamError as exc:
             return self.finish(Outcome.HTTP_5XX, f"server error in stream: {exc}")
@@ -202,14 +222,22 @@ class _Exchange:
             # ValueError covers invalid JSON; the others an event of the wrong shape.
             return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(exc)}")
         except (aiohttp.ClientError, OSError) as exc:
+            if self.state.done:
+                return self.state.conclude(self.finish)
             if self.phase is not _Phase.CONNECT:
                 return self.finish(
                     Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {_describe(exc)}"
                 )
-            # A stale pooled connection fails at once; a server that held us a while did not.
-            stale = isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
-            if may_retry and stale and loop.time() - started < _STALE_WITHIN_SECONDS:
+            # Connected (connect failures are ClientConnectorError, above), then the server
+            # closed or reset it before a status line. A stale pooled connection fails at once:
+            # retried; a server that does it to a fresh one too answered badly.
+            closed = isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
+            if may_retry and closed and loop.time() - started < _STALE_WITHIN_SECONDS:
                 raise _StaleConnection from exc
+            if closed:
+                return self.finish(
+                    Outcome.PROTOCOL_ERROR, f"connection closed before a response: {_describe(exc)}"
+                )
             return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {_describe(exc)}")
         return self.state.conclude(self.finish)
 
@@ -225,12 +253,21 @@ class _Exchange:
         clock = time.perf_counter_ns
         arrivals = arrival_clock(resp)
         idle: _IdleWatch | None = None
+        budget = 4 * self.spec.max_line_bytes + _BYTES_PER_EVENT * (state.event_limit or 0)
         try:
             while chunk := await content.readany():
                 t_ns = clock() if arrivals is None else arrivals.received_ns
                 if state.t_first_byte_ns is None:
                     state.t_first_byte_ns = t_ns
-                if feed(reader, chunk, t_ns) and state.t_first_token_ns is not None:
+                budget -= len(chunk)
+                if budget < 0:
+                    raise StreamError("body larger than its bound for max_tokens")
+                if feed(reader, chunk, t_ns):
+                    if state.done:
+                        await _after_end(resp)
+                        return
+                    if state.t_first_token_ns is None:
+                        continue
                     if idle is not None:
                         idle.last = loop.time()
                     else:
@@ -245,12 +282,18 @@ class _Exchange:
     def _post(self) -> Any:
         spec = self.spec
         timeouts = spec.timeouts
-        headers = {"X-Request-Id": self.state.request_id, **spec.headers}
+        headers = CIMultiDict(spec.headers)
+        headers["X-Request-Id"] = self.state.request_id  # what results and exemplars show
+        # A compressed body would be inflated inside aiohttp's read, on the event loop, at any
+        # ratio the server likes: ask for none, and refuse one that comes anyway.
+        headers["Accept-Encoding"] = "identity"
         return self.session.post(
             endpoint(spec.base_url, spec.api),
             json=request_body(spec),
             headers=headers,
             ssl=spec.ssl,
+            allow_redirects=False,  # a 3xx is a failure (`_http_failure`), never followed
+            auto_decompress=False,
             trace_request_ctx=self.sent,
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=timeouts.connect_seconds, sock_connect=timeouts.connect_seconds
@@ -264,13 +307,16 @@ class _Exchange:
             return self.finish(
                 Outcome.TIMEOUT_CONNECT, f"no connection in {timeouts.connect_seconds}s"
             )
-        if total_reached:
+        # Before the first token the first-token deadline decides, also when it equals the
+        # total (`probe --timeout`); only a total shorter than it makes this timeout_total.
+        waiting = self.phase is not _Phase.STREAMING
+        if waiting and timeouts.first_token_seconds <= timeouts.total_seconds:
+            return self.finish(
+                Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
+            )
+        if total_reached or waiting:
             return self.finish(Outcome.TIMEOUT_TOTAL, f"no end in {timeouts.total_seconds}s")
-        if self.phase is _Phase.STREAMING:
-            return self.finish(Outcome.STALLED, f"no event for {timeouts.idle_seconds}s")
-        return self.finish(
-            Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
-        )
+        return self.finish(Outcome.STALLED, f"no event for {timeouts.idle_seconds}s")
 
 
 class _IdleWatch:
@@ -327,13 +373,58 @@ def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:
     return SSEParser(spec.max_line_bytes)
 
 
+def _compressed(resp: aiohttp.ClientResponse) -> str:
+    """The body's content coding when it is not identity (shown cut and printable), else ""."""
+    coding = resp.headers.get("Content-Encoding", "").strip()
+    return "" if coding.lower() in ("", "identity") else _printable(coding, 40)
+
+
+def _printable(text: str, limit: int = _ERROR_CHARS) -> str:
+    """`text` on one line, control characters dropped, at most `limit` characters."""
+    return "".join(c for c in " ".join(text.split()) if c.isprintable())[:limit]
+
+
+async def _after_end(resp: aiohttp.ClientResponse) -> None:
+    """Read briefly past the end so the connection can be reused; else close it."""
+    content = resp.content
+    if content.at_eof():
+        return
+    try:
+        async with asyncio.timeout(_AFTER_END_SECONDS):
+            seen = 0
+            while seen <= _AFTER_END_BYTES:
+                if not (chunk := await content.readany()):
+                    return
+                seen += len(chunk)
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        pass
+    resp.close()
+
+
+async def _error_snippet(resp: aiohttp.ClientResponse) -> str:
+    """The start of an error body, read for at most a second; "" when it is compressed."""
+    if _compressed(resp):
+        return f"({_compressed(resp)} body not read)"
+    body = b""
+    try:
+        async with asyncio.timeout(_ERROR_BODY_SECONDS):
+            while len(body) < _ERROR_BODY_BYTES and (chunk := await resp.content.readany()):
+                body += chunk
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        pass
+    return _printable(body[:_ERROR_BODY_BYTES].decode(errors="replace"))
+
+
 async def _http_failure(resp: aiohttp.ClientResponse, finish: Finish) -> RequestResult:
     status = resp.status
-    try:
-        snippet = (await resp.content.read(_ERROR_BODY_BYTES)).decode(errors="replace")
-    except aiohttp.ClientError:
-        snippet = ""
-    message = f"HTTP {status}: {' '.join(snippet.split())[:200]}"
+    if 300 <= status < 400:
+        # Not followed: a 302 would turn the POST into a GET elsewhere, a 307 re-send the
+        # prompt (and headers) to wherever the server points.
+        location = _printable(resp.headers.get("Location", ""))
+        return finish(
+            Outcome.PROTOCOL_ERROR, f"HTTP {status} redirect (not followed) to {location!r}", status
+        )
+    message = f"HTTP {status}: {await _error_snippet(resp)}"
     if status == 429:
         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
         return replace(finish(Outcome.HTTP_429, message, status), retry_after_seconds=retry_after)
@@ -355,8 +446,9 @@ def parse_retry_after(value: str | None) -> float | None:
     except ValueError:
         pass
     else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
+        return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS) if math.isfinite(seconds) else None
     try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
+        seconds = parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError, OverflowError):
         return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS)

@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+# A count is believed only in [0, 2**53): beyond it a float is no longer exact, and
+# prometheus-client refuses a negative increment (which would crash recording).
+MAX_COUNT = 1 << 53
+
 
 class Outcome(StrEnum):
     """Exactly one per request (DESIGN section 1)."""
@@ -41,7 +45,11 @@ class RequestResult:
     t_sched_ns: int
     t_send_ns: int
     t_end_ns: int
+    # The prober's own id, sent as X-Request-Id: what logs and exemplars show.
     request_id: str = ""
+    # The server's id for the response when it looks like one (`stream.safe_id`), for
+    # correlating with the server's own records; never exported or logged.
+    response_id: str = ""
     error: str = ""
     http_status: int | None = None
     t_first_byte_ns: int | None = None

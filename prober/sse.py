@@ -7,6 +7,11 @@ no SSE field. OpenAI-compatible servers send only `data`, `event`, `id`, `retry`
 so an unknown field is a framing error worth counting rather than ignoring as the SSE spec
 would. Pending data without a closing blank line is still dispatched at end of stream: some
 servers end on `data: [DONE]\n`.
+
+`data: [DONE]` ends the stream: it is dispatched at once (without waiting for the blank line)
+and nothing after it is parsed, so junk a server sends after its end is never an error. An
+over-long line that follows complete lines in the same read is reported on the next call, so
+the lines before it (an end among them) are seen first.
 """
 
 from __future__ import annotations
@@ -24,13 +29,16 @@ class StreamError(ValueError):
 class LineSplitter:
     """Split a byte stream into lines without their terminators."""
 
-    __slots__ = ("_buf", "_max")
+    __slots__ = ("_buf", "_error", "_max")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self._buf = b""
         self._max = max_line_bytes
+        self._error = ""
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self._error:
+            raise StreamError(self._error)
         buf = self._buf + data if self._buf else data
         # A trailing CR may be the first half of a CRLF: hold it until the next read.
         tail = b""
@@ -49,11 +57,22 @@ class LineSplitter:
                 or (len(data) > self._max and any(len(line) > self._max for line in lines))
             )
         ):
-            raise StreamError(f"line longer than {self._max} bytes")
+            return self._over_long(lines)
         self._buf = rest + tail
         return lines
 
+    def _over_long(self, lines: list[bytes]) -> list[bytes]:
+        """The complete lines before the first over-long one; the error comes next call."""
+        self._error = f"line longer than {self._max} bytes"
+        self._buf = b""
+        good = next((i for i, line in enumerate(lines) if len(line) > self._max), len(lines))
+        if not good:
+            raise StreamError(self._error)
+        return lines[:good]
+
     def close(self) -> list[bytes]:
+        if self._error:
+            raise StreamError(self._error)
         rest, self._buf = self._buf.rstrip(b"\r"), b""
         return [rest] if rest else []
 
@@ -64,6 +83,8 @@ class SSEEvent(NamedTuple):
 
 
 _LF = ord("\n")
+_DONE = b"[DONE]"
+_DONE_BLOCK = b"data: [DONE]"
 
 # Builds an SSEEvent without the generated Python-level __new__ (a third of the fast path).
 _new = tuple.__new__
@@ -72,14 +93,17 @@ _new = tuple.__new__
 class SSEParser:
     """Server-sent events parser; feed it reads, it returns the events those reads completed."""
 
-    __slots__ = ("_data", "_event", "_lines")
+    __slots__ = ("_data", "_ended", "_event", "_lines")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self._lines = LineSplitter(max_line_bytes)
         self._data: list[bytes] = []
         self._event = b""
+        self._ended = False  # `data: [DONE]` seen: nothing after it is parsed
 
     def feed(self, data: bytes) -> list[SSEEvent]:
+        if self._ended:
+            return []
         lines = self._lines
         # Fast path for what OpenAI-compatible servers send: reads of whole events of one
         # `data: ` line each, nothing pending. It yields exactly what the general path would,
@@ -96,18 +120,25 @@ class SSEParser:
             size = len(data)
             try:
                 if data.find(b"\n") == size - 2 and data[-1] == _LF:
-                    return [_new(SSEEvent, (data[6:-2].decode(), ""))]
+                    value = data[6:-2]
+                    self._ended = value == _DONE
+                    return [_new(SSEEvent, (value.decode(), ""))]
                 if data.endswith(b"\n\n"):
                     blocks = data[:-2].split(b"\n\n")
                     if data.count(b"\n") == 2 * len(blocks) and all(
                         block.startswith(b"data: ") for block in blocks
                     ):
+                        if _DONE_BLOCK in blocks:
+                            blocks = blocks[: blocks.index(_DONE_BLOCK) + 1]
+                            self._ended = True
                         return [_new(SSEEvent, (block[6:].decode(), "")) for block in blocks]
             except UnicodeDecodeError as exc:
                 raise StreamError(f"event is not UTF-8: {exc.reason}") from None
         return self._process(lines.feed(data))
 
     def close(self) -> list[SSEEvent]:
+        if self._ended:
+            return []
         events = self._process(self._lines.close())
         if self._data:
             events.append(self._dispatch())
@@ -118,7 +149,12 @@ class SSEParser:
         for line in lines:
             if line.startswith(b"data:"):
                 value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
+                value = value[1:] if value.startswith(b" ") else value
+                if value == _DONE and not self._data:
+                    self._ended = True
+                    events.append(SSEEvent("[DONE]", self._event.decode(errors="replace")))
+                    return events
+                self._data.append(value)
             elif not line:
                 if self._data:
                     events.append(self._dispatch())

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
-from prober.result import Outcome, RequestResult, TokenSource
-from prober.sse import LineSplitter, SSEParser
+from prober.logs import redact
+from prober.result import MAX_COUNT, Outcome, RequestResult, TokenSource
+from prober.sse import LineSplitter, SSEParser, StreamError
 
 Finish = Callable[..., RequestResult]
 """`finish(outcome, error="", status=None) -> RequestResult`, bound by `request`."""
@@ -49,14 +51,49 @@ class InStreamError(ValueError):
     """The server reported an error inside a 200 stream."""
 
 
+# A duration the server reports is believed only when finite, >= 0 and under a day.
+MAX_SERVER_SECONDS = 86_400.0
+# Events per stream: this many per requested token, plus slack for role, usage and empty
+# chunks. A server that ignores `max_tokens` ends as `protocol_error` instead of growing the
+# stream's stamps without bound.
+EVENTS_PER_TOKEN = 4
+EVENT_SLACK = 256
+_FINISH_CHARS = 32
+MAX_TEXT_CHARS = 1 << 20  # completion text kept for `log_prompts`
+# A server's response id is kept (for correlating with its logs, never exported) only when it
+# looks like one: a short token of safe characters.
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+def max_events(max_tokens: int) -> int:
+    """The most events a stream asked for `max_tokens` tokens may carry."""
+    return EVENTS_PER_TOKEN * max(1, max_tokens) + EVENT_SLACK
+
+
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    """A token count, or None when it is not an integer in [0, 2**53)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT:
+        return value
     return None
+
+
+def _number(value: Any, scale: float = 1.0) -> float | None:
+    """`value × scale` as seconds, or None unless finite and within [0, a day]."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value) * scale
+        except OverflowError:  # an integer too large for a float
+            return None
+        if 0.0 <= seconds <= MAX_SERVER_SECONDS:  # False for NaN too
+            return seconds
+    return None
+
+
+def safe_id(value: Any) -> str:
+    """`value` if it is a plausible response id holding no registered secret, else ""."""
+    if isinstance(value, str) and _SAFE_ID.fullmatch(value) and redact(value) == value:
+        return value
+    return ""
 
 
 class StreamState:
@@ -69,8 +106,12 @@ class StreamState:
         ndjson: bool,
         keep_text: bool = False,
         on_first_token: Callable[[], None] | None = None,
+        event_limit: int | None = None,
     ) -> None:
         self.request_id = request_id
+        self.event_limit = event_limit
+        self.events = 0
+        self.t_done_ns: int | None = None  # the read that carried [DONE] / done:true
         self.on_first_token = on_first_token
         self.ndjson = ndjson
         self.keep_text = keep_text
@@ -86,26 +127,43 @@ class StreamState:
         self.usage_reasoning: int | None = None
         self.server_prefill: float | None = None
         self.server_decode_per_token: float | None = None
-        self.response_id = ""
+        self.response_id: str | None = None  # None until the first event was looked at
         self._text: list[str] = []
+        self._text_chars = 0
 
     # -- feeding ---------------------------------------------------------------------------
 
     def feed(self, reader: SSEParser | LineSplitter, chunk: bytes, t_ns: int) -> int:
-        """Parse one read stamped `t_ns`; return how many events it completed."""
+        """Parse one read stamped `t_ns`; return how many events it completed.
+
+        Nothing after the end (`[DONE]`, Ollama's `done: true`) is looked at: a server that
+        sends junk after it, or holds the connection open, has still answered.
+        """
         if isinstance(reader, SSEParser):
             events = reader.feed(chunk)
+            self._count(len(events))
             for event in events:
                 self._on_sse(event.data, t_ns)
+                if self.done:
+                    break
             return len(events)
-        lines = reader.feed(chunk)
+        lines = [line for line in reader.feed(chunk) if line.strip()]
+        self._count(len(lines))
         for line in lines:
-            if line.strip():
-                self._on_ollama(loads(line), t_ns)
+            self._on_ollama(loads(line), t_ns)
+            if self.done:
+                break
         return len(lines)
+
+    def _count(self, n: int) -> None:
+        self.events += n
+        if self.event_limit is not None and self.events > self.event_limit:
+            raise StreamError(f"more than {self.event_limit} events in one stream")
 
     def close(self, reader: SSEParser | LineSplitter, t_ns: int) -> None:
         """End of body: flush what the reader still holds."""
+        if self.done:
+            return
         if isinstance(reader, SSEParser):
             for event in reader.close():
                 self._on_sse(event.data, t_ns)
@@ -119,14 +177,15 @@ class StreamState:
             return
         if data == "[DONE]":
             self.done = True
+            self.t_done_ns = t_ns
             return
         obj = loads(data)
         if not isinstance(obj, dict):
             raise ValueError(f"event is not a JSON object: {data[:40]!r}")
         if "error" in obj:
             raise InStreamError(_error_text(obj["error"]))
-        if not self.response_id and isinstance(rid := obj.get("id"), str):
-            self.response_id = rid
+        if self.response_id is None:
+            self.response_id = safe_id(obj.get("id"))
         if (usage := obj.get("usage")) is not None:
             self._usage(usage)
         if (timings := obj.get("timings")) is not None:
@@ -142,7 +201,7 @@ class StreamState:
                 content, reasoning = choice.get("text"), None
             self._token(content, reasoning, t_ns)
             if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+                self.finish_reason = str(choice["finish_reason"])[:_FINISH_CHARS]
 
     def _on_ollama(self, obj: Any, t_ns: int) -> None:
         if not isinstance(obj, dict):
@@ -153,15 +212,14 @@ class StreamState:
         self._token(message.get("content"), message.get("thinking"), t_ns)
         if obj.get("done"):
             self.done = True
-            self.finish_reason = str(obj.get("done_reason") or "stop")
+            self.t_done_ns = t_ns
+            self.finish_reason = str(obj.get("done_reason") or "stop")[:_FINISH_CHARS]
             self.usage_prompt = _int(obj.get("prompt_eval_count"))
             self.usage_completion = _int(obj.get("eval_count"))
-            prefill_ns = _number(obj.get("prompt_eval_duration"))
-            eval_ns = _number(obj.get("eval_duration"))
-            if prefill_ns is not None:
-                self.server_prefill = prefill_ns / 1e9
-            if eval_ns is not None and self.usage_completion:
-                self.server_decode_per_token = eval_ns / 1e9 / self.usage_completion
+            self.server_prefill = _number(obj.get("prompt_eval_duration"), 1e-9)
+            eval_seconds = _number(obj.get("eval_duration"), 1e-9)
+            if eval_seconds is not None and self.usage_completion:
+                self.server_decode_per_token = eval_seconds / self.usage_completion
 
     def _token(self, content: Any, reasoning: Any, t_ns: int) -> None:
         has_content = isinstance(content, str) and content != ""
@@ -177,8 +235,9 @@ class StreamState:
         if has_reasoning:
             self.reasoning_events += 1
         self.token_event_ns.append(t_ns)
-        if self.keep_text and has_content:
-            self._text.append(content)
+        if self.keep_text and has_content and self._text_chars < MAX_TEXT_CHARS:
+            self._text.append(content[: MAX_TEXT_CHARS - self._text_chars])
+            self._text_chars += len(self._text[-1])
 
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -192,12 +251,12 @@ class StreamState:
     def _llama_timings(self, timings: Any) -> None:
         if not isinstance(timings, dict):
             return
-        prompt_ms = _number(timings.get("prompt_ms"))
-        per_token_ms = _number(timings.get("predicted_per_token_ms"))
-        if prompt_ms is not None:
-            self.server_prefill = prompt_ms / 1000
-        if per_token_ms is not None:
-            self.server_decode_per_token = per_token_ms / 1000
+        prefill = _number(timings.get("prompt_ms"), 1e-3)
+        per_token = _number(timings.get("predicted_per_token_ms"), 1e-3)
+        if prefill is not None:
+            self.server_prefill = prefill
+        if per_token is not None:
+            self.server_decode_per_token = per_token
         if self.usage_prompt is None:
             self.usage_prompt = _int(timings.get("prompt_n"))
 
@@ -232,7 +291,10 @@ class StreamState:
             t_sched_ns=t_sched_ns,
             t_send_ns=t_send_ns,
             t_end_ns=t_end_ns,
-            request_id=self.response_id or self.request_id,
+            # Always the prober's own X-Request-Id: a server's id is whatever it chose to send
+            # (one that echoed the Authorization header published the key in exemplars).
+            request_id=self.request_id,
+            response_id=self.response_id or "",
             error=error,
             http_status=status if status is not None else (200 if self.t_first_byte_ns else None),
             t_first_byte_ns=self.t_first_byte_ns,

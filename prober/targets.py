@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from prober.logs import get_logger
+from prober.logs import get_logger, register_secret
 from prober.metrics import Labels
 from prober.prompts import PromptBuilder
 from prober.request import RequestSpec, Timeouts, stream_request
 from prober.result import RequestResult
-from prober.settings import TargetConfig, resolve_api_key
+from prober.settings import TargetConfig, resolve_api_key, secret_header_values
 from prober.timings import Slo
 
 log = get_logger("prober.targets")
@@ -48,6 +48,8 @@ class Target:
     @classmethod
     def from_config(cls, cfg: TargetConfig, *, keep_text: bool = False) -> Target:
         headers = dict(cfg.headers)
+        for value in secret_header_values(cfg):
+            register_secret(value)
         if (key := resolve_api_key(cfg)) is not None:
             headers["Authorization"] = f"Bearer {key}"
         t = cfg.timeouts
@@ -94,8 +96,12 @@ class Target:
             keep_text=self.keep_text,
         )
         result = await stream_request(session, spec, t_sched_ns, on_first_token)
-        if result.prompt_tokens:
-            builder.observe(words, result.prompt_tokens)
+        accepted = not result.prompt_tokens or builder.observe(words, result.prompt_tokens)
+        if not accepted and builder.rejected == 1:  # noted once, never chased
+            log.warning(
+                "prompt_tokens_implausible", target=self.name, words=words,
+                prompt_tokens=result.prompt_tokens, note="calibration ignores such counts",
+            )  # fmt: skip
         if self.keep_text:  # logging.log_prompts: off by default, prompts can be sensitive
             log.info(
                 "request_text", target=self.name, request_id=result.request_id, prompt=text,

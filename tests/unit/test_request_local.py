@@ -121,7 +121,7 @@ def summary(r: RequestResult) -> tuple[Any, ...]:
         r.reasoning_tokens,
         r.token_source,
         len(r.token_event_ns),
-        r.request_id,
+        r.response_id,
     )
 
 
@@ -130,9 +130,11 @@ def summary(r: RequestResult) -> tuple[Any, ...]:
 
 async def test_normal_stream_with_usage() -> None:
     seen: list[dict[str, Any]] = []
+    sent_ids: list[str] = []
 
     async def handler(request: web.Request) -> web.StreamResponse:
         seen.append(await request.json())
+        sent_ids.append(request.headers["X-Request-Id"])
         return await streaming(NORMAL)(request)
 
     async with serve(handler) as url:
@@ -143,7 +145,9 @@ async def test_normal_stream_with_usage() -> None:
     assert (r.prompt_tokens, r.output_tokens, r.reasoning_tokens) == (9, 3, 0)
     assert r.token_source is TokenSource.USAGE
     assert len(r.token_event_ns) == 3
-    assert r.request_id == "chatcmpl-local"
+    # Results carry the id the prober sent; the server's own is kept apart, never exported.
+    assert [r.request_id] == sent_ids
+    assert r.response_id == "chatcmpl-local"
     assert r.t_sched_ns <= r.t_send_ns
     assert r.t_first_byte_ns is not None
     assert r.t_first_token_ns is not None
@@ -246,7 +250,8 @@ async def test_unresolvable_host() -> None:
     assert r.outcome is Outcome.CONNECT_ERROR
 
 
-async def test_server_closing_every_connection_is_a_connect_error() -> None:
+async def test_server_closing_every_connection_is_a_protocol_error() -> None:
+    # It accepted the connection and read the request: not a connect_error (issue 12).
     accepted = 0
 
     async def slam(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -259,8 +264,8 @@ async def test_server_closing_every_connection_is_a_connect_error() -> None:
     port = server.sockets[0].getsockname()[1]
     async with server:
         r = await probe(f"http://127.0.0.1:{port}/v1")
-    assert r.outcome is Outcome.CONNECT_ERROR
-    assert r.error.startswith("connection failed:")
+    assert r.outcome is Outcome.PROTOCOL_ERROR
+    assert r.error.startswith("connection closed before a response:")
     assert accepted == 2  # the stale-connection retry, once
 
 

@@ -125,10 +125,41 @@ def test_blank_lines_without_data_dispatch_nothing() -> None:
 @pytest.mark.parametrize(
     "tail", [b"data: [DONE]\n", b"data: [DONE]", b"data: [DONE]\r", b"data: [DONE]\r\n"]
 )
-def test_pending_data_is_dispatched_at_close(tail: bytes) -> None:
+def test_done_ends_the_stream_once_its_line_is_complete(tail: bytes) -> None:
+    # No blank line needed: `data: [DONE]` is dispatched as soon as its line ends, or at close.
     parser = SSEParser()
-    assert parser.feed(b"data: a\n\n" + tail) == [SSEEvent("a")]
-    assert parser.close() == [SSEEvent("[DONE]")]
+    events = parser.feed(b"data: a\n\n" + tail)
+    ended = tail.endswith(b"\n")  # a lone CR may be half a CRLF: held for the next read
+    assert events == ([SSEEvent("a"), SSEEvent("[DONE]")] if ended else [SSEEvent("a")])
+    assert parser.close() == ([] if ended else [SSEEvent("[DONE]")])
+
+
+def test_pending_data_is_dispatched_at_close() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: a\n\ndata: b") == [SSEEvent("a")]
+    assert parser.close() == [SSEEvent("b")]
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [b"not a field\n", b"data: x\n\n", b"\xff\xfe\n\n", b"x" * 100, b"x" * 100 + b"\n"],
+    ids=["bad-field", "more-events", "bad-utf8", "long-unterminated", "long-line"],
+)
+@pytest.mark.parametrize("done", [b"data: [DONE]\n\n", b"data: [DONE]\n", b"data:[DONE]\r\n"])
+def test_nothing_after_done_is_parsed(done: bytes, junk: bytes) -> None:
+    # In the same read or the next: junk after the end is never an error, never an event.
+    for reads in ([b"data: a\n\n" + done + junk], [b"data: a\n\n" + done, junk]):
+        parser = SSEParser(max_line_bytes=64)
+        events = [e for read in reads for e in parser.feed(read)]
+        assert events == [SSEEvent("a"), SSEEvent("[DONE]")]
+        assert parser.close() == []
+
+
+def test_over_long_line_after_complete_lines_raises_on_the_next_call() -> None:
+    parser = SSEParser(max_line_bytes=16)
+    assert parser.feed(b"data: a\n\n" + b"x" * 40) == [SSEEvent("a")]
+    with pytest.raises(StreamError, match="line longer than 16 bytes"):
+        parser.close()
 
 
 def test_close_with_nothing_pending() -> None:

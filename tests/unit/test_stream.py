@@ -87,7 +87,8 @@ def test_content_stream_with_usage() -> None:
     assert r.token_event_ns == (200, 300, 400)
     assert (r.prompt_tokens, r.output_tokens, r.reasoning_tokens) == (17, 3, 0)
     assert r.token_source is TokenSource.USAGE
-    assert r.request_id == "chatcmpl-abc"
+    assert r.request_id == "req-1"  # the prober's own id, never the server's
+    assert r.response_id == "chatcmpl-abc"
     assert r.text == "Hello!"
     assert (r.t_sched_ns, r.t_send_ns, r.t_end_ns) == (T_SCHED, T_SEND, T_END)
 
@@ -133,7 +134,7 @@ def test_completions_text_channel() -> None:
     assert r.t_first_token_ns == r.t_first_content_ns == 100
     assert r.token_event_ns == (100, 200)
     assert r.output_tokens == 2
-    assert r.request_id == "cmpl-1"
+    assert (r.request_id, r.response_id) == ("req-1", "cmpl-1")
 
 
 @pytest.mark.parametrize("role_chunk", [ROLE, ROLE_EMPTY], ids=["content-null", "content-empty"])
@@ -244,10 +245,19 @@ def test_events_after_done_are_ignored() -> None:
 def test_done_pending_at_close_still_counts() -> None:
     state = StreamState("r", ndjson=False)
     parser = SSEParser()
-    state.feed(parser, event(content("a")) + b"data: [DONE]\n", 1)
+    state.feed(parser, event(content("a")) + b"data: [DONE]", 1)
     assert not state.done
     state.close(parser, 2)
     assert state.done
+    assert state.t_done_ns == 2
+
+
+def test_done_without_blank_line_ends_the_stream_at_once() -> None:
+    state = StreamState("r", ndjson=False)
+    parser = SSEParser()
+    state.feed(parser, event(content("a")) + b"data: [DONE]\n", 1)
+    assert state.done
+    assert state.t_done_ns == 1
 
 
 @pytest.mark.parametrize("data", ["{not json", "[1, 2]", '"text"'])

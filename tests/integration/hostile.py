@@ -1,0 +1,326 @@
+"""A hostile OpenAI-compatible server on 127.0.0.1: one behaviour per path, for the tests.
+
+`hostile_server()` serves every behaviour of `BEHAVIOURS` at `/{name}/v1/chat/completions`
+(and `/{name}/api/chat` for Ollama's NDJSON), so one server and one daemon can carry a target
+per behaviour. Each behaviour is a variant of a class from the hostile-endpoint issue:
+compressed bodies, redirects, nonsense numbers, endless streams, an end followed by junk or a
+held connection, a connection closed after the request, an id that echoes the credentials.
+Every loop is bounded in count and in time; every redirect points back at this server's
+`/sink/...`, which counts what reaches it. `Hostile.requests` counts requests per behaviour
+and keeps each request's prompt size and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import struct
+import time
+import zlib
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+Behaviour = Callable[["Hostile", web.Request], Awaitable[web.StreamResponse]]
+MAX_WRITES = 1_000_000  # an endless stream stops here, or after MAX_SECONDS, if nobody stops it
+MAX_SECONDS = 10.0
+HOLD_SECONDS = 5.0  # how long a connection is held open after the end
+
+
+@dataclass
+class Hostile:
+    """What the server saw: requests per behaviour, sink hits, words and headers sent."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    sink_hits: int = 0
+    prompt_words: dict[str, list[int]] = field(default_factory=dict)
+    headers: dict[str, list[CIMultiDict[str]]] = field(default_factory=dict)
+    disconnects: Counter[str] = field(default_factory=Counter)
+    base: str = ""
+
+    def url(self, behaviour: str) -> str:
+        return f"{self.base}/{behaviour}/v1"
+
+
+def chunk(content: str | None = "x", **extra: Any) -> bytes:
+    delta = {} if content is None else {"content": content}
+    obj = {"id": "chatcmpl-hostile", "choices": [{"index": 0, "delta": delta}], **extra}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+STOP = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+NORMAL = chunk("Hel") + chunk("lo") + STOP + DONE
+
+
+async def start(request: web.Request, ctype: str = "text/event-stream", **headers: str) -> Any:
+    resp = web.StreamResponse(headers={"Content-Type": ctype, **headers})
+    await resp.prepare(request)
+    return resp
+
+
+async def stream(request: web.Request, body: bytes, **headers: str) -> web.StreamResponse:
+    resp = await start(request, **headers)
+    await resp.write(body)
+    await resp.write_eof()
+    return resp
+
+
+@contextmanager
+def gone(state: Hostile, request: web.Request) -> Iterator[None]:
+    """Count it when the client goes away: a failed write, or the handler cancelled."""
+    try:
+        yield
+    except (ConnectionError, asyncio.CancelledError):
+        state.disconnects[request.match_info["name"]] += 1
+        raise
+
+
+# -- compressed bodies (item 3) ------------------------------------------------------------
+
+
+def compressed(coding: str, status: int = 200) -> Behaviour:
+    data = {"gzip": gzip.compress, "x-gzip": gzip.compress, "deflate": zlib.compress}
+    body = data.get(coding.lower(), lambda b: b"\x8b\x0b\x80" + b)(NORMAL * 64)
+
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=status, headers={"Content-Encoding": coding})
+        resp.content_type = "text/event-stream"
+        await resp.prepare(request)
+        await resp.write(body)
+        return resp
+
+    return handler
+
+
+# -- redirects (item 6) --------------------------------------------------------------------
+
+
+def redirect(status: int, path: str = "/sink/v1/chat/completions") -> Behaviour:
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=status, headers={"Location": f"http://{request.host}{path}"})
+
+    return handler
+
+
+# -- numbers (item 4) ----------------------------------------------------------------------
+
+
+def usage_block(raw: str) -> Behaviour:
+    """A normal stream whose usage (or timings) chunk is `raw` JSON text, numbers as written."""
+
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        extra = b'data: {"choices": [], ' + raw.encode() + b"}\n\n"
+        return await stream(request, chunk("Hel") + chunk("lo") + STOP + extra + DONE)
+
+    return handler
+
+
+def usage(prompt: Any, completion: Any = 2, reasoning: Any = 0) -> str:
+    return (
+        f'"usage": {{"prompt_tokens": {prompt}, "completion_tokens": {completion}, '
+        f'"completion_tokens_details": {{"reasoning_tokens": {reasoning}}}}}'
+    )
+
+
+def ollama_numbers(count: str, duration: str) -> Behaviour:
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        resp = await start(request, "application/x-ndjson")
+        await resp.write(b'{"message": {"content": "hi"}, "done": false}\n')
+        await resp.write(
+            b'{"message": {"content": ""}, "done": true, "done_reason": "stop", '
+            b'"prompt_eval_count": ' + count.encode() + b', "eval_count": ' + count.encode()
+            + b', "prompt_eval_duration": ' + duration.encode()
+            + b', "eval_duration": ' + duration.encode() + b"}\n"
+        )  # fmt: skip
+        await resp.write_eof()
+        return resp
+
+    return handler
+
+
+# -- endless streams (item 5) --------------------------------------------------------------
+
+
+def endless(piece: bytes, ctype: str = "text/event-stream", per_write: int = 1) -> Behaviour:
+    """`piece` written again and again at full speed, until the client leaves (bounded)."""
+
+    async def handler(state: Hostile, request: web.Request) -> web.StreamResponse:
+        resp = await start(request, ctype)
+        deadline = time.monotonic() + MAX_SECONDS
+        with gone(state, request):
+            for _ in range(MAX_WRITES):
+                await resp.write(piece * per_write)
+                if time.monotonic() > deadline:
+                    break
+        return resp
+
+    return handler
+
+
+# -- the end, then more (item 7) -----------------------------------------------------------
+
+
+def after_end(tail: bytes, *, hold: bool, end: bytes = DONE, ctype: str = "") -> Behaviour:
+    """A complete stream up to `end`, then `tail`, then the connection held open (or not)."""
+    body = (chunk("Hel") + chunk("lo") + STOP) if not ctype else b'{"message":{"content":"hi"}}\n'
+
+    async def handler(state: Hostile, request: web.Request) -> web.StreamResponse:
+        resp = await start(request, ctype or "text/event-stream")
+        await resp.write(body + end + tail)
+        if hold:
+            with gone(state, request):
+                for _ in range(int(HOLD_SECONDS * 10)):
+                    await asyncio.sleep(0.1)
+                    await resp.write(b": still here\n\n" if not ctype else b"\n")
+        return resp
+
+    return handler
+
+
+# -- connection closed or reset after the request (item 12) --------------------------------
+
+
+def hang_up(*, reset: bool) -> Behaviour:
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
+        if reset and sock is not None:  # RST instead of FIN
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.close()
+        return web.Response()  # written to a closed transport: nothing is sent
+
+    return handler
+
+
+# -- ids and prompt sizes (items 1 and 2) --------------------------------------------------
+
+
+async def echo_key_id(_: Hostile, request: web.Request) -> web.StreamResponse:
+    """Everything it can carry names the credentials: the id, a header, the text."""
+    auth = request.headers.get("Authorization", "")
+    key = auth.removeprefix("Bearer ")
+    body = chunk("Hel", id=key) + chunk(auth) + STOP + DONE
+    return await stream(request, body, **{"X-Request-Id": key})
+
+
+def prompt_tokens_constant(count: int) -> Behaviour:
+    """A normal stream that always reports `count` prompt tokens, whatever was sent."""
+    return usage_block(usage(count))
+
+
+BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
+    # name: (behaviour, the outcome a probe of it must count)
+    "gzip": (compressed("gzip"), "protocol_error"),
+    "x_gzip": (compressed("x-gzip"), "protocol_error"),
+    "deflate": (compressed("deflate"), "protocol_error"),
+    "br": (compressed("br"), "protocol_error"),
+    "gzip_upper": (compressed("GZIP"), "protocol_error"),
+    "gzip_500": (compressed("gzip", status=500), "http_5xx"),
+    **{f"redirect_{s}": (redirect(s), "protocol_error") for s in (301, 302, 303, 307, 308)},
+    "redirect_long": (redirect(302, "/sink/" + "a" * 4000), "protocol_error"),
+    "usage_negative": (usage_block(usage(-5, -3, -1)), "ok"),
+    "usage_1e400": (usage_block(usage("1e400", "1e400", "1e400")), "ok"),
+    "usage_2_64": (usage_block(usage(2**64, 2**64 + 1, 2**70)), "ok"),
+    "usage_nan": (usage_block(usage("NaN", "Infinity", "-Infinity")), "ok"),
+    "usage_strings": (usage_block(usage('"12"', "true", "1.5")), "ok"),
+    "timings_bad": (
+        usage_block('"timings": {"prompt_ms": 1e400, "predicted_per_token_ms": -4}'),
+        "ok",
+    ),
+    "timings_nan": (
+        usage_block('"timings": {"prompt_ms": NaN, "predicted_per_token_ms": Infinity}'),
+        "ok",
+    ),
+    "prompt_tokens_1": (prompt_tokens_constant(1), "ok"),
+    "prompt_tokens_10": (prompt_tokens_constant(10), "ok"),
+    "prompt_tokens_huge": (prompt_tokens_constant(10**15), "ok"),
+    "endless_tokens": (endless(chunk("x")), "protocol_error"),
+    "endless_batched": (endless(chunk("x"), per_write=500), "protocol_error"),
+    "endless_empty": (endless(chunk(None)), "protocol_error"),
+    "endless_comments": (endless(b": keep-alive\n" * 4096), "protocol_error"),
+    "done_hold": (after_end(b"", hold=True), "ok"),
+    "done_junk_field": (after_end(b"garbage here\n\n", hold=False), "ok"),
+    "done_junk_json": (after_end(b"data: {not json\n\n", hold=True), "ok"),
+    "done_junk_long": (after_end(b"x" * (3 << 20), hold=False), "ok"),
+    "done_no_blank_junk": (after_end(b"\xff\xfe\n", hold=False, end=b"data: [DONE]\n"), "ok"),
+    "close_after_request": (hang_up(reset=False), "protocol_error"),
+    "reset_after_request": (hang_up(reset=True), "protocol_error"),
+    "echo_key_id": (echo_key_id, "ok"),
+}
+OLLAMA_BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
+    "ollama_numbers_bad": (ollama_numbers("-7", "1e400"), "ok"),
+    "ollama_numbers_nan": (ollama_numbers("1e400", "NaN"), "ok"),
+    "ollama_endless": (
+        endless(b'{"message": {"content": "x"}}\n', "application/x-ndjson"),
+        "protocol_error",
+    ),
+    "ollama_done_hold": (
+        after_end(b"", hold=True, end=b'{"done": true}\n', ctype="application/x-ndjson"),
+        "ok",
+    ),
+    "ollama_done_junk": (
+        after_end(
+            b"{junk\n" + b"y" * (3 << 20),
+            hold=False,
+            end=b'{"done": true}\n',
+            ctype="application/x-ndjson",
+        ),
+        "ok",
+    ),
+}
+
+
+def _note(state: Hostile, name: str, request: web.Request, body: Any) -> None:
+    state.requests[name] += 1
+    if isinstance(body, dict):
+        messages = body.get("messages") or [{}]
+        words = len(str(messages[0].get("content", "")).split())
+        state.prompt_words.setdefault(name, []).append(words)
+    state.headers.setdefault(name, []).append(request.headers.copy())
+
+
+@asynccontextmanager
+async def hostile_server() -> AsyncIterator[Hostile]:
+    """Serve every behaviour on a free loopback port; yield the recorder."""
+    state = Hostile()
+    table = {**BEHAVIOURS, **OLLAMA_BEHAVIOURS}
+
+    async def sink(request: web.Request) -> web.StreamResponse:
+        state.sink_hits += 1
+        return await stream(request, NORMAL)
+
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        _note(state, name, request, body)
+        return await table[name][0](state, request)
+
+    app = web.Application()
+    app.router.add_route("*", "/sink/{tail:.*}", sink)
+    app.router.add_route("*", "/{name}/v1/chat/completions", dispatch)
+    app.router.add_route("*", "/{name}/api/chat", dispatch)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    state.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield state
+    finally:
+        await runner.cleanup()
+
+
+def api_of(name: str) -> str:
+    return "ollama" if name in OLLAMA_BEHAVIOURS else "chat"
