@@ -41,7 +41,7 @@ _STALE_WITHIN_SECONDS = 0.25
 # server that keeps sending, or holds the connection open, has its connection closed.
 _AFTER_END_SECONDS = 0.05
 _AFTER_END_BYTES = 64 * 1024
-_BYTES_PER_EVENT = 16 * 1024  # body bytes allowed per event of the bound, beyond 4 lines
+_BYTES_PER_EVENT = 4 * 1024  # body bytes allowed per event of the bound, beyond 2 lines
 MAX_RETRY_AFTER_SECONDS = 86_400.0
 
 
@@ -253,7 +253,7 @@ class _Exchange:
         clock = time.perf_counter_ns
         arrivals = arrival_clock(resp)
         idle: _IdleWatch | None = None
-        budget = 4 * self.spec.max_line_bytes + _BYTES_PER_EVENT * (state.event_limit or 0)
+        budget = 2 * self.spec.max_line_bytes + _BYTES_PER_EVENT * (state.event_limit or 0)
         try:
             while chunk := await content.readany():
                 t_ns = clock() if arrivals is None else arrivals.received_ns

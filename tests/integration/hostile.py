@@ -246,7 +246,7 @@ BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
     "endless_tokens": (endless(chunk("x")), "protocol_error"),
     "endless_batched": (endless(chunk("x"), per_write=500), "protocol_error"),
     "endless_empty": (endless(chunk(None)), "protocol_error"),
-    "endless_comments": (endless(b": keep-alive\n" * 4096), "protocol_error"),
+    "endless_comments": (endless(b": keep-alive\n" * 65536), "protocol_error"),
     "done_hold": (after_end(b"", hold=True), "ok"),
     "done_junk_field": (after_end(b"garbage here\n\n", hold=False), "ok"),
     "done_junk_json": (after_end(b"data: {not json\n\n", hold=True), "ok"),

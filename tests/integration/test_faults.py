@@ -2,7 +2,10 @@
 
 One daemon carries one target per fault, each with its periodic probe and a small open-loop
 load, against the simulator's injected faults (`X-Sim-Fault`), a TLS copy of the simulator with
-a self-signed certificate, a closed port and a name that does not resolve. Each target must
+a self-signed certificate, a closed port, a name that does not resolve, and every behaviour of
+the hostile server (`hostile.py`: compressed bodies, redirects, nonsense numbers, endless
+streams, junk or a held connection after the end, hang-ups, an id echoing the key, each in
+its variants). Each target must
 count only its expected outcome, in both modes; `/metrics` must keep answering while every
 target fails; and once the daemon and servers are gone, no asyncio task and no socket may be
 left over. The outcome column mirrors the README's classification table.
@@ -35,6 +38,7 @@ from prober.sim import SimConfig
 from prober.sim import build_app as build_sim
 from prober.sim.faults import FAULT_HEADER
 from tests.integration.daemon import bound_port_of, daemon, scrape, simulator, value, wait_for
+from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of, hostile_server
 from tests.integration.test_web_tls import closed_port, self_signed_cert
 
 SIM = {"slots": 64, "prefill_base_seconds": 0.001, "decode_step_seconds": 0.01}
@@ -61,6 +65,7 @@ SIM_FAULTS: dict[str, tuple[str, dict[str, float], str]] = {
     "close_mid_body": ("close_mid_body", {}, "protocol_error"),
 }
 BAD_HTTP_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nBad Header Line\r\n\r\n"
+HOSTILE_TIMEOUTS = {"first_token_seconds": 3, "idle_seconds": 1.0, "total_seconds": 4}
 LOAD = {"rate": 1.5, "arrival": "constant", "max_in_flight": 2, "max_tokens": 4, "seed": 1}
 MIN_LOAD_RESULTS = 2
 
@@ -136,7 +141,7 @@ def open_sockets() -> int:
 
 
 def fault_targets(
-    sim: str, tls_sim: str, bad_http: str, cert: Path
+    sim: str, tls_sim: str, bad_http: str, cert: Path, hostile: Hostile
 ) -> dict[str, tuple[dict[str, Any], str]]:
     common = {"model": "sim", "interval_seconds": 60, "jitter_seconds": 0, "warmup": 0,
               "max_tokens": 4, "load": LOAD}  # fmt: skip
@@ -156,7 +161,16 @@ def fault_targets(
     }
     for name, (extra, outcome) in others.items():
         targets[name] = ({**common, "name": name, **extra}, outcome)
+    # Every hostile behaviour, each class in its variants (tests/integration/hostile.py).
+    for name, (_, outcome) in {**BEHAVIOURS, **OLLAMA_BEHAVIOURS}.items():
+        extra = {"url": hostile.url(name), "api": api_of(name), "timeouts": HOSTILE_TIMEOUTS}
+        targets[f"hostile_{name}"] = ({**common, "name": f"hostile_{name}", **extra}, outcome)
     return targets
+
+
+async def fetch_status(url: str) -> int:
+    async with aiohttp.ClientSession() as s, s.get(url) as resp:
+        return resp.status
 
 
 def outcomes(samples: dict[Any, float], target: str, mode: str) -> dict[str, float]:
@@ -186,8 +200,9 @@ async def test_fault_matrix_probes_and_load(no_dns: None, tmp_path: Path) -> Non
         simulator(**SIM) as sim,
         tls_simulator(cert, key) as tls_sim,
         bad_http_server() as bad_http,
+        hostile_server() as hostile,
     ):
-        targets = fault_targets(sim, tls_sim, bad_http, cert)
+        targets = fault_targets(sim, tls_sim, bad_http, cert, hostile)
         config = {"targets": [cfg for cfg, _ in targets.values()]}
         async with daemon(config) as (url, _app):
 
@@ -200,8 +215,9 @@ async def test_fault_matrix_probes_and_load(no_dns: None, tmp_path: Path) -> Non
                     for name in targets
                 )
 
-            await wait_for(counted, timeout=60, interval=0.5)
+            await wait_for(counted, timeout=90, interval=0.5)
             samples = await scrape(url)
+            ready = await fetch_status(f"{url}/-/ready")  # recording raised for none of them
             running_sockets = open_sockets()
             async with aiohttp.ClientSession() as s, s.get(f"{url}/-/healthy") as resp:
                 assert resp.status == 200
@@ -211,6 +227,8 @@ async def test_fault_matrix_probes_and_load(no_dns: None, tmp_path: Path) -> Non
         if sum(probe.values()) != 1 or not set(probe) | set(load) <= {expected}:
             wrong[name] = {"expected": expected, "probe": probe, "load": load}
     assert not wrong, f"misclassified: {wrong}"
+    assert ready == 200
+    assert hostile.sink_hits == 0  # no redirect was followed, by a probe or by the load
     # Connections stay bounded while it runs: at most the in-flight cap per target, each
     # counted twice (client and server end in this one process), plus the listeners.
     assert running_sockets - baseline[1] <= len(targets) * (LOAD["max_in_flight"] + 1) * 2 + 8

@@ -13,6 +13,7 @@ import asyncio
 import io
 import json
 import logging
+import re
 import secrets
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +28,7 @@ from aiohttp import web
 from prober.logs import setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from tests.integration.daemon import daemon, simulator, wait_for
+from tests.integration.hostile import hostile_server
 from tests.integration.test_faults import bad_http_server
 
 KEY_ENV = "LLMPROBER_TEST_CANARY_KEY"
@@ -211,3 +213,74 @@ async def test_log_prompts_option_logs_prompt_and_completion(logs: io.StringIO) 
     assert len(events) == 1
     assert events[0]["prompt"] == prompts[0]
     assert COMPLETION in events[0]["completion"]
+
+
+async def openmetrics(url: str) -> str:
+    headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics", headers=headers) as resp:
+        return await resp.text()
+
+
+async def test_a_server_echoing_the_key_as_its_id_never_reaches_exemplars(
+    key: str, logs: io.StringIO
+) -> None:
+    # The id, a response header and the text all carry the key (tests/integration/hostile.py).
+    async with hostile_server() as hostile:
+        target = {"name": "echo_id", "url": hostile.url("echo_key_id"), "model": "m",
+                  "warmup": 0, "interval_seconds": 0.3, "jitter_seconds": 0,
+                  "api_key_env": KEY_ENV, "load": {"rate": 5.0, "seed": 1}}  # fmt: skip
+        async with daemon({"targets": [target]}) as (url, _app):
+            await wait_for(lambda: ready(url), timeout=20)
+            await asyncio.sleep(1.0)
+            page = await openmetrics(url)
+            probe_page = await fetch(f"{url}/probe?target=echo_id")
+        sent_ids = {h["X-Request-Id"] for h in hostile.headers["echo_key_id"]}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "prober.cli", "probe", "--url", hostile.url("echo_key_id"),
+            "--model", "m", "--api-key-env", KEY_ENV, "--json", stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    exemplar_ids = set(re.findall(r'# \{request_id="([^"]*)"\}', page))
+    assert exemplar_ids, "no exemplar: the leak path was not exercised"
+    assert exemplar_ids <= sent_ids  # only the ids the prober itself sent
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert summary["outcome"] == "ok"
+    assert re.fullmatch(r"[0-9a-f]{32}", summary["request_id"])
+    for name, text in {"/metrics": page, "/probe": probe_page, "probe --json": out.decode(),
+                       "logs": logs.getvalue()}.items():  # fmt: skip
+        assert not leaked(key, text), f"API key in {name}"
+
+
+SECRET_HEADERS = {"api-key": "azure", "X-Api-Key": "xapi", "X-Custom-Token": "custom"}
+
+
+@asynccontextmanager
+async def echo_headers_401() -> AsyncIterator[str]:
+    """401 whose body repeats every secret-looking header, whole, JSON-escaped and wrapped."""
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        parts = []
+        for name in SECRET_HEADERS:
+            value = request.headers.get(name, "")
+            parts += [value, value.replace("/", "\\/"), value[:10] + "\n" + value[10:]]
+        return web.Response(status=401, text="bad credentials: " + " | ".join(parts))
+
+    async with _serve(handler) as url:
+        yield url
+
+
+async def test_secrets_in_custom_headers_are_redacted_when_echoed(logs: io.StringIO) -> None:
+    values = {name: f"{tag}/{secrets.token_hex(12)}" for name, tag in SECRET_HEADERS.items()}
+    async with echo_headers_401() as echo:
+        target = {"name": "azure", "url": f"{echo}/v1", "model": "m", "warmup": 0,
+                  "interval_seconds": 0.3, "jitter_seconds": 0, "headers": values,
+                  "secret_headers": ["X-Custom-Token"]}  # fmt: skip
+        async with daemon({"targets": [target]}) as (url, _app):
+            await wait_for(lambda: ready(url), timeout=20)
+            page = await fetch(f"{url}/probe?target=azure")
+    text = logs.getvalue()
+    assert "bad credentials: [REDACTED]" in text  # the echo was logged, redacted
+    assert 'outcome="http_4xx"' in page
+    for name, value in values.items():
+        assert not leaked(value, text), f"{name} in the logs"
