@@ -209,7 +209,8 @@ class _Exchange:
         except aiohttp.ClientResponseError as exc:
             # An unparsable status line or header block. Never repr() it: its request_info
             # holds the request headers, credentials included.
-            return self.finish(Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {exc.message}")
+            message = _printable(str(exc.message))
+            return self.finish(Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {message}")
         except (
             StreamError,
             ValueError,
@@ -363,8 +364,9 @@ class _IdleWatch:
 
 
 def _describe(exc: BaseException) -> str:
-    """Type and message of an exception, never its repr (which may carry request headers)."""
-    return f"{type(exc).__name__}: {exc}"[:300]
+    """Type and message of an exception on one line, never its repr (which may carry
+    request headers)."""
+    return _printable(f"{type(exc).__name__}: {exc}", 300)
 
 
 def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:

@@ -78,7 +78,9 @@ def gone(state: Hostile, request: web.Request) -> Iterator[None]:
     """Count it when the client goes away: a failed write, or the handler cancelled."""
     try:
         yield
-    except (ConnectionError, asyncio.CancelledError):
+    except ConnectionError:
+        state.disconnects[request.match_info["name"]] += 1
+    except asyncio.CancelledError:
         state.disconnects[request.match_info["name"]] += 1
         raise
 
