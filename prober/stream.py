@@ -11,7 +11,7 @@ import importlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from prober.logs import redact
 from prober.result import MAX_COUNT, Outcome, RequestResult, TokenSource
@@ -141,24 +141,26 @@ class StreamState:
         """
         if isinstance(reader, SSEParser):
             events = reader.feed(chunk)
-            self._count(len(events))
+            self.events += len(events)
+            if self.event_limit is not None and self.events > self.event_limit:
+                self._too_many()
             for event in events:
                 self._on_sse(event.data, t_ns)
                 if self.done:
                     break
             return len(events)
         lines = [line for line in reader.feed(chunk) if line.strip()]
-        self._count(len(lines))
+        self.events += len(lines)
+        if self.event_limit is not None and self.events > self.event_limit:
+            self._too_many()
         for line in lines:
             self._on_ollama(loads(line), t_ns)
             if self.done:
                 break
         return len(lines)
 
-    def _count(self, n: int) -> None:
-        self.events += n
-        if self.event_limit is not None and self.events > self.event_limit:
-            raise StreamError(f"more than {self.event_limit} events in one stream")
+    def _too_many(self) -> NoReturn:
+        raise StreamError(f"more than {self.event_limit} events in one stream")
 
     def close(self, reader: SSEParser | LineSplitter, t_ns: int) -> None:
         """End of body: flush what the reader still holds."""
