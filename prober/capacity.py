@@ -17,7 +17,8 @@ import aiohttp
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from prober.estimate import QueueEstimator
+from prober.estimate import OwnLoad, QueueEstimator
+from prober.foreign import Basis, ForeignEstimator, ProbesInFlight, Shape
 from prober.logs import get_logger
 from prober.metrics import Metrics
 from prober.result import RequestResult
@@ -29,16 +30,47 @@ _RATE_WINDOW_SECONDS = 30.0
 
 
 class TargetCapacity:
-    def __init__(self, target: Target, metrics: Metrics) -> None:
+    """One target's queue estimate, fed by its probes and load, and its engine's own figures.
+
+    `own_load` is the load driver's live count of its requests, when the target has load.
+    """
+
+    def __init__(self, target: Target, metrics: Metrics, own_load: OwnLoad | None = None) -> None:
         self.target = target
         self._metrics = metrics
-        self.estimator = QueueEstimator()
-        self.estimator.server_drain_rate = self.server_drain_rate
+        cfg = target.config
+        probe = Shape(cfg.prompt_tokens, cfg.max_tokens)
+        traffic = Shape(
+            cfg.traffic.prompt_tokens or cfg.prompt_tokens,
+            cfg.traffic.output_tokens or cfg.max_tokens,
+        )
+        self.probes = ProbesInFlight(time.monotonic)
+        foreign = ForeignEstimator(probe, traffic, cfg.slots, self.probes, time.monotonic)
+        self.estimator = QueueEstimator(
+            slots_hint=cfg.slots, foreign=foreign, own_load=own_load,
+            server_drain_rate=self.server_drain_rate,
+        )  # fmt: skip
         self.snapshot: ServerSnapshot | None = None
+        self._server_full = 0
         self._completed: deque[tuple[float, float]] = deque()
 
-    def observe(self, result: RequestResult) -> None:
-        wait = self.estimator.observe(result)
+    def observe(self, result: RequestResult, *, probe: bool = False) -> None:
+        """A finished load request or probe (a probe's result also feeds the probes-alone path)."""
+        self._queue_wait(self.estimator.observe(result, probe=probe))
+
+    def observe_pair(self, primary: RequestResult, companion: RequestResult) -> None:
+        """A probe and its companion (see `QueueEstimator.observe_pair`)."""
+        for wait in self.estimator.observe_pair(primary, companion):
+            self._queue_wait(wait)
+
+    def companion_delay(self, fraction: float) -> float | None:
+        """When to send a companion after a probe's first token: `fraction` of its expected
+        decode. None until a probe has decoded (or when the estimate does not use probes)."""
+        foreign = self.estimator.foreign
+        decode = None if foreign is None else foreign.typical_decode()
+        return None if decode is None else fraction * decode
+
+    def _queue_wait(self, wait: float | None) -> None:
         if wait is not None:
             labels = self.target.labels
             self._metrics.queue_wait.labels(labels.target, labels.model).observe(wait)
@@ -72,16 +104,32 @@ class TargetCapacity:
                 max(0.0, cfg.metrics_interval_seconds - (time.monotonic() - started))
             )
 
+    def server_slots(self) -> int | None:
+        """Slots as the server shows them: the most requests it ran while others waited."""
+        return self._server_full or None
+
     def _keep(self, snap: ServerSnapshot, at: float) -> None:
         self.snapshot = snap
+        if snap.waiting and snap.running:
+            self._server_full = max(self._server_full, round(snap.running))
         if snap.completed_total is not None:
             self._completed.append((at, snap.completed_total))
             while self._completed and self._completed[0][0] < at - _RATE_WINDOW_SECONDS:
                 self._completed.popleft()
 
 
+def saturation(waiting: float | None, running: float | None, slots: int | None) -> float | None:
+    """Busy slots ÷ slots below the knee, 1 + waiting ÷ slots above it: continuous at 1."""
+    if slots is None or slots < 1 or running is None:
+        return None
+    if waiting:
+        return 1.0 + waiting / slots
+    return min(running, slots) / slots
+
+
 class CapacityCollector(Collector):
-    """Exports queue depth (estimate and server) and KV usage at scrape time."""
+    """Exports queue depth (estimate and server), the estimate's basis, slots, saturation and
+    KV usage at scrape time."""
 
     def __init__(self, capacities: Iterable[TargetCapacity]) -> None:
         self._capacities = list(capacities)
@@ -93,24 +141,48 @@ class CapacityCollector(Collector):
             "by the server.",
             labels=("target", "model", "source", "state"),
         )
+        basis = GaugeMetricFamily(
+            "llmprober_queue_estimate_basis",
+            "What the queue estimate rests on: 1 for the basis in use, 0 for the others.",
+            labels=("target", "model", "basis"),
+        )
+        slots = GaugeMetricFamily(
+            "llmprober_engine_slots",
+            "The engine's parallel slots: the operator's hint, or learned by the estimator.",
+            labels=("target", "model", "source"),
+        )
+        sat = GaugeMetricFamily(
+            "llmprober_saturation",
+            "Busy slots / slots below saturation, 1 + waiting / slots above it.",
+            labels=("target", "model", "source"),
+        )
         kv = GaugeMetricFamily(
             "llmprober_server_kv_cache_usage_ratio",
             "KV-cache usage reported by the server (0..1).",
             labels=("target", "model"),
         )
         for cap in self._capacities:
-            labels = cap.target.labels
+            key = [cap.target.labels.target, cap.target.labels.model]
             est = cap.estimator.estimate()
             for state, value in (("waiting", est.waiting), ("running", est.running)):
                 if value is not None:
-                    depth.add_metric([labels.target, labels.model, "estimate", state], value)
+                    depth.add_metric([*key, "estimate", state], value)
+            for b in Basis:
+                basis.add_metric([*key, b.value], 1.0 if b is est.basis else 0.0)
+            if est.slots is not None:
+                hinted = cap.target.config.slots is not None
+                slots.add_metric([*key, "hint" if hinted else "learned"], est.slots)
+            if (value := saturation(est.waiting, est.running, est.slots)) is not None:
+                sat.add_metric([*key, "estimate"], value)
             snap = cap.snapshot
             if snap is None:
                 continue
             for state, value in (("waiting", snap.waiting), ("running", snap.running)):
                 if value is not None:
-                    depth.add_metric([labels.target, labels.model, "server", state], value)
+                    depth.add_metric([*key, "server", state], value)
+            server_slots = est.slots or cap.server_slots()
+            if (value := saturation(snap.waiting, snap.running, server_slots)) is not None:
+                sat.add_metric([*key, "server"], value)
             if snap.kv_usage_ratio is not None:
-                kv.add_metric([labels.target, labels.model], snap.kv_usage_ratio)
-        yield depth
-        yield kv
+                kv.add_metric(key, snap.kv_usage_ratio)
+        yield from (depth, basis, slots, sat, kv)

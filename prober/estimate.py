@@ -1,36 +1,38 @@
-"""Queue-depth estimate from what a client can see (DESIGN section 3).
+"""Queue-depth estimate from what a client can see (docs/design.md, "Queue depth").
 
 Queue wait of one request: `W_q = (t_first_token − t_send) − prefill(n_prompt)`. The prefill
 is the server's own figure where it reports one (llama-server `timings.prompt_ms`, Ollama
 `prompt_eval_duration`); otherwise a baseline learned from the lower envelope of TTFT versus
 prompt length (TTFT grows linearly with prompt length when nothing queues).
 
-Waiting requests, in order of preference:
-1. The prober's own background load is the traffic: of its requests in flight, those beyond
-   the engine's parallel slots wait, and no request that already has its first token waits:
-   `waiting = min(awaiting_first_token, max(0, in_flight − slots))`, with `slots` learned as
-   the most requests seen holding a slot at once (`SlotOccupancy`), never configured.
-2. Otherwise Little's law on the queue: `L_q = λ · W_q`, with λ the drain rate at saturation
-   (a queue only exists when every slot is busy, so it drains at capacity μ): the server's
-   completion counter where scraped, else the completion rate the prober itself observes.
-Running requests: own in-flight requests that hold a slot, else Little's law on the decode
-stage, `μ · mean(decode time)`.
+Waiting and running requests, by the first basis that has what it needs:
+1. own load: the prober's background load is the traffic. Of its requests in flight, those
+   beyond the engine's parallel slots wait, and no request that already has its first token
+   waits: `waiting = min(awaiting_first_token, max(0, in_flight − slots))`, with `slots` the
+   operator's hint or the most requests seen holding a slot at once (`SlotOccupancy`).
+2. probes: the traffic is someone else's; the probes' queue wait, decode slowdown and service
+   time give both figures (`foreign.ForeignEstimator`), with the slots hinted or learned.
+3. the server's completion counter as the drain rate, `L_q = μ · W_q` (Little's law on the
+   queue: a queue only exists when every slot is busy, so it drains at capacity).
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prober.foreign import Basis, ForeignEstimator, ProbeSample, median_gap, queue_threshold
 from prober.result import RequestResult
 
 _ENVELOPE_BINS = 24  # log2 bins of prompt length: 1 .. 16M tokens
 _WINDOW_SECONDS = 30.0
 # Slot handoffs between consecutive requests are not overlaps.
 _HANDOFF_MARGIN_SECONDS = 0.05
+_PAIR_GAPS = 4  # gaps on each side of a companion's join
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class Estimate:
     waiting: float | None
     running: float | None
     wait_seconds: float | None
+    basis: Basis = Basis.NONE
+    slots: int | None = None
 
 
 class OwnLoad:
@@ -125,13 +129,21 @@ class PrefillBaseline:
 
 
 class QueueEstimator:
-    """One target's estimate; `observe()` each finished request, `estimate()` at scrape time."""
+    """One target's estimate; `observe()` each finished request, `estimate()` at scrape time.
+
+    `slots_hint` is the operator's slot count; `foreign` estimates from probes alone;
+    `server_drain_rate` is the engine's completion rate where its counters are scraped.
+    """
 
     def __init__(
         self,
         *,
         window_seconds: float = _WINDOW_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        slots_hint: int | None = None,
+        foreign: ForeignEstimator | None = None,
+        own_load: OwnLoad | None = None,
+        server_drain_rate: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._window = window_seconds
         self._clock = clock
@@ -140,11 +152,58 @@ class QueueEstimator:
         # (finish time, queue wait, decode seconds) of recent successful requests.
         self._recent: deque[tuple[float, float, float]] = deque()
         self._sums = [0.0, 0.0]  # of the waits and decode times in `_recent`, kept as it moves
-        self.own_load: OwnLoad | None = None
-        self.server_drain_rate: Callable[[], float | None] = lambda: None
+        self._slots_hint = slots_hint
+        self._prefills: deque[float] = deque(maxlen=16)
+        self.foreign = foreign
+        self.own_load = own_load
+        self.server_drain_rate = server_drain_rate
 
-    def observe(self, result: RequestResult) -> float | None:
-        """Learn from one result; return its estimated queue wait (None if it had no token)."""
+    def observe(self, result: RequestResult, *, probe: bool = False) -> float | None:
+        """Learn from one result; return its estimated queue wait (None if it had no token).
+
+        A probe's result also feeds the probes-alone estimate; a load request's does not.
+        """
+        learned = self._learn(result)
+        if learned is None:
+            return None
+        wait, prefill = learned
+        if probe and self.foreign is not None and _decoded(result):
+            stamps = result.token_event_ns
+            gap = median_gap(stamps, _tokens_per_event(result))
+            self.foreign.observe(self._sample(result, wait, prefill, gap))
+        return wait
+
+    def observe_pair(
+        self, primary: RequestResult, companion: RequestResult
+    ) -> tuple[float | None, float | None]:
+        """A probe and the companion sent while it decoded: both are probes, and the first
+        probe's gaps before and after the companion joined its batch give the slowdown of one
+        more sequence. Returns both queue waits."""
+        waits = self._learn(primary), self._learn(companion)
+        out = tuple(None if w is None else w[0] for w in waits)
+        foreign = self.foreign
+        if foreign is None or waits[0] is None or not _decoded(primary):
+            return out[0], out[1]
+        per_event = _tokens_per_event(primary)
+        before, after = _split_at_companion(primary, companion)
+        gap_before = median_gap(before, per_event)
+        foreign.observe(self._sample(primary, *waits[0], gap_before))
+        # The jump is read from the gaps right before and right after the join: the other
+        # sequences change less in a few steps than over the whole decode.
+        near_before = median_gap(before[-_PAIR_GAPS - 1 :], per_event)
+        if waits[1] is not None and _decoded(companion):
+            comp_wait, comp_prefill = waits[1]
+            # Judged queued by the first probe's gap: the same engine, at the same moment.
+            sample = self._sample(companion, comp_wait, comp_prefill, None, gap_before)
+            foreign.observe(sample)
+            gap_after = median_gap(after[: _PAIR_GAPS + 1], per_event)
+            free_slot = comp_wait <= queue_threshold(gap_before)
+            if free_slot and near_before is not None and gap_after is not None:
+                foreign.decode.observe_pair(near_before, gap_after)
+        return out[0], out[1]
+
+    def _learn(self, result: RequestResult) -> tuple[float, float] | None:
+        """(queue wait, prefill) of one result, after learning the baseline and slots from it."""
         if result.t_first_token_ns is None:
             return None
         to_first = (result.t_first_token_ns - result.t_send_ns) / 1e9
@@ -153,8 +212,9 @@ class QueueEstimator:
         prefill = result.server_prefill_seconds
         if prefill is None:
             prefill = self._baseline(prompt) or 0.0
+        self._prefills.append(prefill)
         wait = max(0.0, to_first - prefill)
-        if result.ok and result.t_last_token_ns is not None:
+        if _decoded(result):
             decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
             now = self._clock()
             self._recent.append((now, wait, decode))
@@ -165,7 +225,17 @@ class QueueEstimator:
             peak = self._occupancy.add(slot_start, result.t_end_ns / 1e9)
             if self.own_load is not None:
                 self.own_load.slots = max(self.own_load.slots, peak)
-        return wait
+        return wait, prefill
+
+    def _sample(
+        self, result: RequestResult, wait: float, prefill: float, gap: float | None,
+        step: float | None = None,
+    ) -> ProbeSample:  # fmt: skip
+        """`step`: the decode gap that tells a queue from a free slot, the probe's own if unset."""
+        assert result.t_first_token_ns is not None
+        decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
+        queued = wait > queue_threshold(gap if step is None else step)
+        return ProbeSample(self._clock(), wait, prefill, decode, gap, queued)
 
     def _forget_before(self, cutoff: float) -> None:
         # Also on every observation: a daemon nobody scrapes must not grow without bound.
@@ -182,15 +252,38 @@ class QueueEstimator:
         self._forget_before(self._clock() - self._window)
         recent = self._recent
         mean_wait = max(0.0, self._sums[0]) / len(recent) if recent else None
-        mean_decode = max(0.0, self._sums[1]) / len(recent) if recent else None
         own = self.own_load
-        if own is not None and own.slots > 0:
-            slots = own.slots
+        if own is not None and (slots := self._slots_hint or own.slots) > 0:
             own_waiting = min(own.awaiting_first_token, max(0, own.total - slots))
-            return Estimate(float(own_waiting), float(min(own.total, slots)), mean_wait)
+            running = float(min(own.total, slots))
+            return Estimate(float(own_waiting), running, mean_wait, Basis.OWN_LOAD, slots)
+        if self.foreign is not None:
+            prefill = statistics.median(self._prefills) if self._prefills else 0.0
+            f = self.foreign.estimate(prefill)
+            if f.basis is not Basis.NONE or self.server_drain_rate() is None:
+                return Estimate(f.waiting, f.running, f.wait_seconds, f.basis, f.slots)
         drain = self.server_drain_rate()
-        if drain is None and recent:
-            drain = len(recent) / self._window
-        waiting = None if drain is None or mean_wait is None else drain * mean_wait
-        running = None if drain is None or mean_decode is None else drain * mean_decode
-        return Estimate(waiting, running, mean_wait)
+        if drain is None or mean_wait is None:
+            return Estimate(None, None, mean_wait)
+        mean_decode = max(0.0, self._sums[1]) / len(recent)
+        return Estimate(drain * mean_wait, drain * mean_decode, mean_wait, Basis.SERVER)
+
+
+def _decoded(result: RequestResult) -> bool:
+    return result.ok and result.t_first_token_ns is not None and result.t_last_token_ns is not None
+
+
+def _tokens_per_event(result: RequestResult) -> float:
+    return max(1.0, result.output_tokens / max(len(result.token_event_ns), 1))
+
+
+def _split_at_companion(
+    primary: RequestResult, companion: RequestResult
+) -> tuple[list[int], list[int]]:
+    """The first probe's token stamps before the companion was sent, and while it decoded."""
+    stamps = primary.token_event_ns
+    before = [t for t in stamps if t <= companion.t_send_ns]
+    first, last = companion.t_first_token_ns, companion.t_last_token_ns
+    if first is None or last is None:
+        return before, []
+    return before, [t for t in stamps if first <= t <= last]

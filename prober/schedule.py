@@ -1,25 +1,42 @@
 """Periodic probes with apscheduler: one interval job per target, first run at start.
 
-At most one probe per target is in flight (`max_instances=1`, coalesced). A probe's
+At most `probes_in_flight` probes per target are in flight (coalesced); a run due beyond that,
+or missed by more than the grace time, is counted in `llmprober_probe_skipped_total` (and
+logged once per target), so a slow endpoint never silently thins its probes. A probe's
 `t_sched` is the job's scheduled fire time (with jitter), taken from apscheduler's submission
 event, so scheduler lateness shows as dispatch lag instead of hiding. Warm-up probes run
-before a target's first recorded probe and are never recorded. `drain()` stops scheduling and
-lets in-flight probes finish within a grace period; the rest are cancelled and counted.
+before a target's first recorded probe and are never recorded.
+
+A share `pair_share` of probes are pairs: a companion probe is sent 40 % of a decode
+into the first, so the first probe's token gaps before and after tell the queue estimate how
+much one more sequence slows decoding (`foreign.py`). Both are recorded as probes. Every probe
+in flight is tracked by the target's `TargetCapacity.probes`, so the estimate counts the
+prober's own requests exactly. `drain()` stops scheduling and lets in-flight probes finish
+within a grace period; the rest are cancelled and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    EVENT_JOB_SUBMITTED,
+    JobEvent,
+    JobSubmissionEvent,
+)
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from prober import timings
+from prober.capacity import TargetCapacity
 from prober.logs import get_logger
 from prober.metrics import Metrics
 from prober.result import Outcome, RequestResult
@@ -27,7 +44,23 @@ from prober.targets import Target
 
 log = get_logger("prober.schedule")
 
-ResultHook = Callable[[Target, RequestResult], None]
+_COMPANION_AT = 0.4  # of the first probe's expected decode: gaps on both sides of the join
+
+
+class _SkipNotices(logging.Filter):
+    """apscheduler warns on every skipped or missed run; the counter and one log line per
+    target say it instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return "maximum number of running instances" not in text and "was missed by" not in text
+
+
+def _scheduler_logger() -> logging.Logger:
+    logger = logging.getLogger("apscheduler.scheduler.probes")
+    if not any(isinstance(f, _SkipNotices) for f in logger.filters):
+        logger.addFilter(_SkipNotices())
+    return logger
 
 
 def cancelled_result(t_sched_ns: int) -> RequestResult:
@@ -43,16 +76,21 @@ class ProbeScheduler:
         session: aiohttp.ClientSession,
         targets: Iterable[Target],
         metrics: Metrics,
-        on_result: ResultHook | None = None,
+        capacity: Mapping[str, TargetCapacity] | None = None,
+        *,
+        seed: int | None = None,
     ) -> None:
         self._session = session
         self._targets = {t.name: t for t in targets}
         self._metrics = metrics
-        self._on_result = on_result
-        self._scheduler = AsyncIOScheduler(timezone=UTC)
+        self._capacity = capacity or {}
+        self._rng = random.Random(seed)
+        self._scheduler = AsyncIOScheduler(timezone=UTC, logger=_scheduler_logger())
         self._scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
+        self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         self._fire_ns: dict[str, int] = {}
         self._warmed: set[str] = set()
+        self._skip_noted: set[str] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
         self.probed: set[str] = set()
 
@@ -74,7 +112,7 @@ class ProbeScheduler:
                 seconds=cfg.interval_seconds,
                 jitter=cfg.jitter_seconds or None,
                 next_run_time=now,
-                max_instances=1,
+                max_instances=cfg.probes_in_flight,
                 coalesce=True,
                 misfire_grace_time=max(1, int(cfg.interval_seconds)),
             )
@@ -97,6 +135,21 @@ class ProbeScheduler:
         late_ns = int((time.time() - fire.timestamp()) * 1e9)
         self._fire_ns[event.job_id] = time.perf_counter_ns() - max(0, late_ns)
 
+    def _skipped(self, event: JobEvent) -> None:
+        target = self._targets.get(event.job_id)
+        if target is None:
+            return
+        labels = target.labels
+        self._metrics.probe_skipped.labels(labels.target, labels.model).inc()
+        if target.name not in self._skip_noted:
+            self._skip_noted.add(target.name)
+            why = "in_flight" if event.code == EVENT_JOB_MAX_INSTANCES else "missed"
+            log.warning(
+                "probe_skipped", target=target.name, reason=why,
+                probes_in_flight=target.config.probes_in_flight,
+                note="counted in llmprober_probe_skipped_total; logged once per target",
+            )  # fmt: skip
+
     async def _probe(self, name: str) -> None:
         target = self._targets[name]
         task = asyncio.current_task()
@@ -108,16 +161,76 @@ class ProbeScheduler:
         if name not in self._warmed:
             await self._warm_up(target, bound)
             t_sched_ns = time.perf_counter_ns()
+        cap = self._capacity.get(name)
+        delay = None if cap is None else cap.companion_delay(_COMPANION_AT)
         try:
-            result = await target.send(self._session, t_sched_ns)
+            if delay is not None and self._rng.random() < target.config.pair_share:
+                results = await self._pair(target, t_sched_ns, delay)
+            else:
+                results = (await self._send(target, t_sched_ns),)
         except asyncio.CancelledError:
             self._record(target, cancelled_result(t_sched_ns))
             raise
-        self._record(target, result)
-        if result.ok:
-            bound.debug("probe_ok", ttft_seconds=timings.ttft(result), tokens=result.output_tokens)
-        else:
-            bound.warning("probe_failed", outcome=result.outcome.value, error=result.error)
+        for result in results:
+            self._record(target, result)
+            if result.ok:
+                ttft = timings.ttft(result)
+                bound.debug("probe_ok", ttft_seconds=ttft, tokens=result.output_tokens)
+            else:
+                bound.warning("probe_failed", outcome=result.outcome.value, error=result.error)
+        if cap is not None:
+            if len(results) == 2:
+                cap.observe_pair(results[0], results[1])
+            else:
+                cap.observe(results[0], probe=True)
+
+    async def _send(
+        self, target: Target, t_sched_ns: int, on_first_token: Callable[[], None] | None = None
+    ) -> RequestResult:
+        """One probe, tracked as in flight for the queue estimate while it runs."""
+        cap = self._capacity.get(target.name)
+        if cap is None:
+            return await target.send(self._session, t_sched_ns, on_first_token=on_first_token)
+        probes = cap.probes
+        key = probes.begin()
+
+        def first_token() -> None:
+            probes.first_token(key)
+            if on_first_token is not None:
+                on_first_token()
+
+        try:
+            return await target.send(self._session, t_sched_ns, on_first_token=first_token)
+        finally:
+            probes.end(key)
+
+    async def _pair(
+        self, target: Target, t_sched_ns: int, delay: float
+    ) -> tuple[RequestResult, ...]:
+        """A probe, and a companion sent `delay` seconds after its first token."""
+        first = asyncio.Event()
+        primary = asyncio.create_task(self._send(target, t_sched_ns, first.set))
+
+        async def companion() -> RequestResult | None:
+            await first.wait()
+            await asyncio.sleep(delay)
+            if primary.done():
+                return None  # it ended before the companion could join it
+            return await self._send(target, time.perf_counter_ns())
+
+        second = asyncio.create_task(companion())
+        try:
+            result = await primary
+            if not first.is_set():
+                second.cancel()
+            other = await asyncio.gather(second, return_exceptions=True)
+        finally:
+            for task in (primary, second):
+                task.cancel()
+        companion_result = other[0]
+        if isinstance(companion_result, RequestResult):
+            return result, companion_result
+        return (result,)
 
     async def _warm_up(self, target: Target, bound: Any) -> None:
         for i in range(target.config.warmup):
@@ -129,5 +242,3 @@ class ProbeScheduler:
         self._metrics.record(result, target.labels, "probe", target.slo)
         self._metrics.record_probe(result, target.labels, time.time())
         self.probed.add(target.name)
-        if self._on_result is not None:
-            self._on_result(target, result)

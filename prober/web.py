@@ -28,7 +28,6 @@ from prober.capacity import CapacityCollector, TargetCapacity
 from prober.exposition import metrics_handler
 from prober.load import LoadDriver
 from prober.metrics import Metrics
-from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
 from prober.settings import Settings
 from prober.targets import Target
@@ -128,13 +127,8 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
-    capacity = app[CAPACITY]
-
-    def observe(target: Target, result: RequestResult) -> None:
-        capacity[target.name].observe(result)
-
     probed = [t for name, t in app[TARGETS].items() if name in app[PROBED]]
-    scheduler = ProbeScheduler(app[SESSION], probed, app[METRICS], observe)
+    scheduler = ProbeScheduler(app[SESSION], probed, app[METRICS], app[CAPACITY])
     app[SCHEDULER] = scheduler
     scheduler.start()
     yield

@@ -1,0 +1,288 @@
+"""Queue depth from probes alone: the engine serves other clients and reports nothing.
+
+What each probe yields (`ProbeSample`), and how the figures follow (docs/design.md, "Queue
+depth from probes alone"):
+
+- its queue wait `W = (t_first_token − t_send) − prefill`, with the server's own prefill where
+  it reports one, else the lower-envelope baseline;
+- its decode gap: the median gap between its tokens, which grows with the batch it decodes in,
+  `gap(b) ≈ α + β·(b − 1)` (the model llm-d's variant autoscaler uses). α is the lower envelope
+  of the probes' gaps (a probe decoding alone); β is the jump in a probe's gaps when its
+  companion probe joins its batch (`observe_pair`), or, with the slot count known, the secant
+  from α to the gap of probes that decoded at full batch;
+- its service time (prefill + decode), which at full batch gives the drain rate: a queue only
+  exists while every slot is busy, and then the engine admits requests at `μ = slots / T`,
+  T the service time of a request of the traffic's shape.
+
+Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and,
+on average, half an interval between departures (evenly spread ones): `W ≈ (L + ½) / μ`, hence
+`L ≈ μ·W − ½`. `W` is the mean over the last few seconds of probes, or the wait a probe still
+without its first token has already served, whichever is longer, so a queue shows before the
+probe that is stuck in it comes back.
+Running: every slot while a queue exists; otherwise the other sequences a recent probe decoded
+beside, `(gap − α) / β`. The prober's own probes in flight are counted exactly on top.
+Slots: the operator's hint, else learned once probes have decoded at full batch:
+`1 + (gap_full − α) / β`, with β from pairs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+_RECENT_SECONDS = 5.0  # probes a second apart: about the truth's own 5 s smoothing
+_STALE_SECONDS = 300.0  # past this, an old probe says nothing about now
+_MIN_PAIRS = 5
+_MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
+
+
+class Basis(StrEnum):
+    """What a target's queue estimate rests on, best first."""
+
+    SERVER = "server"
+    OWN_LOAD = "own_load"
+    PROBES_HINT = "probes_hint"
+    PROBES_LEARNED = "probes_learned"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Prompt and output tokens of a request."""
+
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """What one finished probe says about the engine, in seconds."""
+
+    at: float  # estimator clock when it finished
+    wait: float
+    prefill: float
+    decode: float  # first token to end
+    gap: float | None  # median per-token gap while it decoded without a companion
+    queued: bool  # it waited for a slot: it then decoded at full batch
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignEstimate:
+    waiting: float | None
+    running: float | None
+    wait_seconds: float | None
+    slots: int | None
+    basis: Basis
+
+
+def median_gap(stamps: list[int] | tuple[int, ...], tokens_per_event: float) -> float | None:
+    """Median seconds per token between token events; None with too few events.
+
+    Events carrying several tokens each (a stream interval) spread their gap over them."""
+    if len(stamps) < _MIN_GAPS + 1:
+        return None
+    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
+    return statistics.median(gaps) / tokens_per_event
+
+
+class DecodeModel:
+    """`gap(b) = α + β·(b − 1)`, learned from probes and pairs of probes."""
+
+    def __init__(self) -> None:
+        self._gaps: deque[float] = deque(maxlen=256)
+        self._full: deque[float] = deque(maxlen=32)
+        self._jumps: deque[float] = deque(maxlen=64)
+
+    def observe(self, gap: float, *, full_batch: bool) -> None:
+        self._gaps.append(gap)
+        if full_batch:
+            self._full.append(gap)
+
+    def observe_pair(self, before: float, after: float) -> None:
+        """A probe's gap before and after its companion joined: one more sequence."""
+        self._jumps.append(after - before)
+
+    @property
+    def alpha(self) -> float | None:
+        return min(self._gaps) if self._gaps else None
+
+    @property
+    def gap_full(self) -> float | None:
+        return statistics.median(self._full) if self._full else None
+
+    def _pair_beta(self) -> float | None:
+        if len(self._jumps) < _MIN_PAIRS:
+            return None
+        beta = statistics.median(self._jumps)
+        return beta if beta > 0 else None
+
+    def beta(self, slots: int | None) -> float | None:
+        """The secant from a probe alone to a full batch where both are measured (two well
+        observed anchors), else the median jump of pairs (noisier: the other sequences come
+        and go while a pair is read)."""
+        alpha, full = self.alpha, self.gap_full
+        if slots is None or slots < 2 or alpha is None or full is None or full <= alpha:
+            return self._pair_beta()
+        return (full - alpha) / (slots - 1)
+
+    def learned_slots(self) -> int | None:
+        alpha, full, beta = self.alpha, self.gap_full, self._pair_beta()
+        if alpha is None or full is None or beta is None:
+            return None
+        return max(1, round(1 + (full - alpha) / beta))
+
+    def others(self, gap: float, slots: int | None) -> float | None:
+        """Sequences that decoded beside a probe whose gap was `gap`."""
+        alpha, beta = self.alpha, self.beta(slots)
+        if alpha is None or beta is None:
+            return None
+        others = max(0.0, (gap - alpha) / beta)
+        return others if slots is None else min(others, slots - 1.0)
+
+
+class ProbesInFlight:
+    """The prober's own probes: when each began, got its first token and ended.
+
+    `occupancy()` gives the time-averaged number of them waiting for and holding a slot over
+    the last few seconds, the same smoothing the foreign figures have."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._live: dict[int, list[float | None]] = {}  # key → [begin, first token]
+        self._done: deque[tuple[float, float | None, float]] = deque(maxlen=64)
+        self._keys = itertools.count()
+
+    def begin(self) -> int:
+        key = next(self._keys)
+        self._live[key] = [self._clock(), None]
+        return key
+
+    def first_token(self, key: int) -> None:
+        if (stamps := self._live.get(key)) is not None and stamps[1] is None:
+            stamps[1] = self._clock()
+
+    def end(self, key: int) -> None:
+        if (stamps := self._live.pop(key, None)) is not None:
+            begin, first = stamps
+            assert begin is not None
+            self._done.append((begin, first, self._clock()))
+
+    def waited(self, now: float) -> list[float]:
+        """Seconds each probe still without a first token has been in flight."""
+        return [now - b for b, first in self._live.values() if b is not None and first is None]
+
+    def occupancy(self, now: float, window: float, prefill: float) -> tuple[float, float]:
+        """(waiting, holding a slot), each averaged over the last `window` seconds.
+
+        A probe waits from its start until `first token − prefill` and holds a slot from then
+        on; one still without a token waits until `now − prefill`."""
+        start = now - window
+        waiting = holding = 0.0
+        live = ((b, f, now) for b, f in self._live.values() if b is not None)
+        for begin, first, end in itertools.chain(self._done, live):
+            if end < start:
+                continue
+            admitted = max(begin, (now if first is None else first) - prefill)
+            waiting += max(0.0, min(admitted, end) - max(begin, start))
+            holding += max(0.0, end - max(admitted, start))
+        return waiting / window, holding / window
+
+
+class ForeignEstimator:
+    """Waiting and running requests of an engine whose traffic the prober does not send."""
+
+    def __init__(
+        self,
+        probe: Shape,
+        traffic: Shape,
+        slots_hint: int | None,
+        probes: ProbesInFlight,
+        clock: Callable[[], float],
+    ) -> None:
+        self._probe, self._traffic = probe, traffic
+        self._hint = slots_hint
+        self.probes = probes
+        self._clock = clock
+        self.decode = DecodeModel()
+        self._samples: deque[ProbeSample] = deque(maxlen=256)
+        self._full_service: deque[float] = deque(maxlen=32)
+
+    def observe(self, sample: ProbeSample) -> None:
+        self._samples.append(sample)
+        if sample.gap is not None:
+            self.decode.observe(sample.gap, full_batch=sample.queued)
+        if sample.queued:
+            self._full_service.append(self._traffic_service(sample))
+
+    def _traffic_service(self, s: ProbeSample) -> float:
+        """Service time of a request of the traffic's shape, scaled from the probe's."""
+        p, t = self._probe, self._traffic
+        decode_share = (t.output_tokens - 1) / max(p.output_tokens - 1, 1)
+        return s.prefill * t.prompt_tokens / p.prompt_tokens + s.decode * decode_share
+
+    def typical_decode(self) -> float | None:
+        """Median decode seconds of the last few probes."""
+        last = list(itertools.islice(reversed(self._samples), 8))
+        return statistics.median(s.decode for s in last) if last else None
+
+    @property
+    def slots(self) -> int | None:
+        return self._hint if self._hint is not None else self.decode.learned_slots()
+
+    def estimate(self, prefill_guess: float) -> ForeignEstimate:
+        now = self._clock()
+        recent = self._recent(now)
+        if not recent:
+            return ForeignEstimate(None, None, None, self.slots, Basis.NONE)
+        live = [w - prefill_guess for w in self.probes.waited(now)]
+        wait = max([statistics.fmean(s.wait for s in recent), *live])
+        own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
+        slots = self.slots
+        basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
+        if slots is None:
+            basis = Basis.NONE
+        waiting = self._waiting(wait, slots)
+        running = self._running(recent, slots, own_holding)
+        if waiting is None or slots is None:
+            return ForeignEstimate(None, running, wait, None, Basis.NONE)
+        if waiting > 0:
+            # Every slot is busy while a queue lasts; a queue of less than one request was
+            # there for part of the window only, so it counts in proportion.
+            below = slots if running is None else running
+            running = below + (slots - below) * min(1.0, waiting)
+        return ForeignEstimate(waiting + own_waiting, running, wait, slots, basis)
+
+    def _recent(self, now: float) -> list[ProbeSample]:
+        samples = [s for s in self._samples if s.at >= now - _RECENT_SECONDS]
+        if samples:
+            return samples
+        latest = self._samples[-1] if self._samples else None
+        return [latest] if latest is not None and latest.at >= now - _STALE_SECONDS else []
+
+    def _waiting(self, wait: float, slots: int | None) -> float | None:
+        """Foreign requests waiting, `μ·W − ½`; 0 without a queue, None when μ is unknown."""
+        full = self.decode.gap_full
+        if wait <= queue_threshold(full):
+            return 0.0
+        if slots is None or not self._full_service:
+            return None
+        mu = slots / statistics.median(self._full_service)
+        return max(0.0, mu * wait - 0.5)
+
+    def _running(self, recent: list[ProbeSample], slots: int | None, own: float) -> float | None:
+        beside = (self.decode.others(s.gap, slots) for s in recent if s.gap is not None)
+        others = [o for o in beside if o is not None]
+        if not others:
+            return None
+        running = statistics.fmean(others) + own
+        return running if slots is None else min(running, float(slots))
+
+
+def queue_threshold(gap: float | None) -> float:
+    """Waits up to two decode steps (and 20 ms of network) are a free slot, not a queue:
+    an engine admits a new request between steps."""
+    return 0.02 + 2 * (gap or 0.0)

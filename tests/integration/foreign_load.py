@@ -1,0 +1,131 @@
+"""Someone else's traffic: a plain aiohttp client, run as its own process, that shares no code
+with the daemon, so nothing the daemon computes can leak into the load it is judged under.
+
+    python -m tests.integration.foreign_load --url http://127.0.0.1:8080/v1 \\
+        --mode poisson --rate 2 --seconds 60
+    python -m tests.integration.foreign_load --url ... --mode closed --workers 8 --seconds 60
+
+Every request streams a chat completion with a fresh random prefix (no prefix-cache hits) and
+`max_tokens` drawn uniformly within ±spread of the mean (`ignore_eos` makes llama-server
+generate all of them), so closed-loop clients do not march in lockstep. It runs until
+`--seconds` pass or SIGTERM, never waits for requests in flight at the end, and prints one
+JSON line: requests completed, failed, and completions per second after `--warmup` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+import time
+
+import aiohttp
+
+
+def _body(rng: random.Random, args: argparse.Namespace) -> dict[str, object]:
+    spread = args.spread * args.max_tokens
+    tokens = max(1, round(rng.uniform(args.max_tokens - spread, args.max_tokens + spread)))
+    prompt = f"{rng.getrandbits(64):x} " + "hello " * args.prompt_words
+    return {
+        "model": "m", "stream": True, "max_tokens": tokens, "ignore_eos": True,
+        "messages": [{"role": "user", "content": prompt}],
+    }  # fmt: skip
+
+
+class Counts:
+    def __init__(self, warmup_until: float) -> None:
+        self.warmup_until = warmup_until
+        self.ok = self.failed = self.ok_after_warmup = 0
+
+    def done(self, ok: bool) -> None:
+        if not ok:
+            self.failed += 1
+            return
+        self.ok += 1
+        if time.monotonic() >= self.warmup_until:
+            self.ok_after_warmup += 1
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> bool:
+    try:
+        async with session.post(url, json=body) as resp:
+            async for _ in resp.content.iter_any():
+                pass
+            return resp.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+async def _closed(session: aiohttp.ClientSession, args: argparse.Namespace, counts: Counts) -> None:
+    rng = random.Random(args.seed)
+
+    async def worker() -> None:
+        while True:
+            counts.done(await _one(session, args.url, _body(rng, args)))
+
+    await asyncio.gather(*(worker() for _ in range(args.workers)))
+
+
+async def _poisson(
+    session: aiohttp.ClientSession, args: argparse.Namespace, counts: Counts
+) -> None:
+    rng = random.Random(args.seed)
+    start, offset = time.monotonic(), 0.0
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one() -> None:
+        counts.done(await _one(session, args.url, _body(rng, args)))
+
+    while True:
+        offset += rng.expovariate(args.rate)  # an absolute schedule: open loop
+        await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
+        task = asyncio.create_task(one())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
+async def main(args: argparse.Namespace) -> None:
+    counts = Counts(time.monotonic() + args.warmup)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    timeout = aiohttp.ClientTimeout(total=None)
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        drive = _closed if args.mode == "closed" else _poisson
+        runner = asyncio.create_task(drive(session, args, counts))
+        await asyncio.wait(
+            [runner, asyncio.create_task(stop.wait())], timeout=args.seconds,
+            return_when=asyncio.FIRST_COMPLETED,
+        )  # fmt: skip
+        measured = max(time.monotonic() - counts.warmup_until, 1e-9)
+        print(json.dumps({
+            "ok": counts.ok, "failed": counts.failed,
+            "rate": counts.ok_after_warmup / measured,
+        }), flush=True)  # fmt: skip
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--url", required=True, help="the OpenAI base URL (…/v1)")
+    p.add_argument("--mode", choices=("poisson", "closed"), required=True)
+    p.add_argument("--rate", type=float, default=1.0, help="poisson: arrivals per second")
+    p.add_argument("--workers", type=int, default=8, help="closed: clients, each one in flight")
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--warmup", type=float, default=0.0, help="not counted in the rate")
+    p.add_argument("--prompt-words", type=int, default=30)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--spread", type=float, default=0.5, help="±fraction of max-tokens")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    args.url = args.url.rstrip("/") + "/chat/completions"
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
