@@ -221,6 +221,26 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
         ], "short", "Desired replicas from the AverageValue triggers (the HPA takes the "
            "largest, then applies minReplicas, maxReplicas and its scale-down policy). "
            "ttft-p95 scales the current count and is not shown."), 12, 8),
+        (row("Saturation and what the estimate rests on"), 24, 1),
+        (timeseries("Saturation", [
+            q(f"llmprober:saturation:max{{{SEL}}}", "{{target}} most saturated engine", "A"),
+            q(f"llmprober:saturation:avg{{{SEL}}}", "{{target}} fleet mean", "B"),
+        ], "none", "Busy slots / slots below 1, 1 + waiting / slots above: continuous across "
+           "the knee, so it rises before the queue and TTFT do. Red line: 1, every slot busy.",
+           threshold=1.0), 12, 8),
+        (timeseries("Queue estimate basis", [
+            q(f"max by (target, basis) (llmprober_queue_estimate_basis{{{SEL}}} == 1)",
+              "{{target}} {{basis}}", "A"),
+        ], "none", "What the estimate rests on: server (engine counters), own_load (the "
+           "prober's load is the traffic), probes_hint / probes_learned (probes alone, slots "
+           "hinted or learned), none (not enough data yet). Prefer server, then the estimate."),
+         6, 8),
+        (timeseries("Engine slots", [
+            q(f"max by (target, source) (llmprober_engine_slots{{{SEL}}})",
+              "{{target}} {{source}}", "A"),
+        ], "short", "Parallel slots behind the estimate and saturation: the target's slots: "
+           "hint, or learned from the probes (decode slowdown at full batch) or own load."),
+         6, 8),
         (row("Saturation context"), 24, 1),
         (timeseries("Estimated queue wait p95", [
             q(f"llmprober:queue_wait_seconds:p95_5m{{{SEL}}}", "{{target}}", "A"),

@@ -47,6 +47,7 @@ COUNTERS = {
     "llmprober_tokens_total",
     "llmprober_load_dropped_total",
     "llmprober_server_scrape_errors_total",
+    "llmprober_probe_skipped_total",
 }
 GAUGES = {
     "llmprober_probe_success",
@@ -59,6 +60,9 @@ GAUGES = {
     "llmprober_load_target_rate",
     "llmprober_queue_depth",
     "llmprober_server_kv_cache_usage_ratio",
+    "llmprober_queue_estimate_basis",
+    "llmprober_engine_slots",
+    "llmprober_saturation",
 }
 EXPORTED_SERIES = (
     COUNTERS

@@ -374,6 +374,20 @@ def test_keda_scales_the_sidecar_engine_on_recording_rules() -> None:
     assert triggers["queue-waiting"]["metricType"] == "AverageValue"
 
 
+def test_keda_saturation_option_is_a_valid_trigger_on_a_recording_rule() -> None:
+    """The commented saturation trigger, uncommented, is a trigger like the shipped ones."""
+    text = (ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml").read_text()
+    block = text.split("# option: saturation\n", 1)[1]
+    lines = [line.replace("# ", "", 1) for line in block.splitlines() if line.strip()]
+    [trigger] = yaml.safe_load("\n".join(lines))
+    assert trigger["name"] == "saturation" and trigger["metricType"] == "Value"
+    meta = trigger["metadata"]
+    assert recorded_names(meta["query"]) == {"llmprober:saturation:avg"}
+    assert "llmprober:saturation:avg" in set(recording_rules())
+    assert meta["query"].endswith("or vector(0)")
+    assert 0 < float(meta["threshold"]) < 1  # scale out before every slot is busy
+
+
 def adapter_rules() -> dict[str, dict[str, Any]]:
     [(_, cm)] = [
         (p, o) for p, o in objects_of("ConfigMap") if o["metadata"]["name"] == "adapter-config"
