@@ -17,12 +17,19 @@ the request's handler writes. With `tokens_per_chunk = k` the engine still decod
 per step but flushes every k tokens (vLLM's stream interval), at the end of the reasoning
 channel, and at the end of the request. Steps follow an absolute schedule, so timer
 lateness does not accumulate into the token rate.
+
+GPU utilisation (`utilization()`) is what `nvidia-smi` and DCGM's `DCGM_FI_DEV_GPU_UTIL`
+report: the share of a recent window during which the engine was stepping (a kernel was
+running), whatever the batch. One stream keeps the engine stepping, so it reads near 100 %
+while the slots could take many more: the point of exporting it is to show that it is the
+wrong scaling signal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -33,6 +40,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 # Past this lateness the loop restarts its schedule from now instead of bursting to catch up.
 _MAX_LAG_SECONDS = 0.05
+# The window of the utilisation gauge: nvidia-smi samples over 1/6 s to 1 s.
+UTILIZATION_WINDOW_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +113,10 @@ class Engine:
         self._prompt_total = 0
         self._generation_total = 0
         self._success_total = 0
+        # Busy intervals (engine clock) that end inside the utilisation window, and the
+        # start of the step in progress: the gauge includes a step that has not ended.
+        self._busy: deque[tuple[float, float]] = deque()
+        self._step_started: float | None = None
 
     def submit(
         self,
@@ -159,6 +172,19 @@ class Engine:
             request_success_total=self._success_total,
         )
 
+    def utilization(self, window: float = UTILIZATION_WINDOW_SECONDS) -> float:
+        """Share of the last `window` seconds the engine spent stepping, 0..1 (nvidia-smi)."""
+        now = self._clock()
+        self._prune(now - window)
+        busy = sum(min(end, now) - max(start, now - window) for start, end in self._busy)
+        if self._step_started is not None:
+            busy += now - max(self._step_started, now - window)
+        return min(1.0, max(0.0, busy / window))
+
+    def _prune(self, cutoff: float) -> None:
+        while self._busy and self._busy[0][1] <= cutoff:
+            self._busy.popleft()
+
     async def run(self) -> None:
         """Step forever; cancel the task to stop."""
         while True:
@@ -174,7 +200,13 @@ class Engine:
             step = sum(r.prefill_seconds for r in admitted)
             if decoding:
                 step += self._cfg.decode_seconds(len(decoding))
-            await self._wait_until(self._t + step)
+            self._step_started = started = self._clock()
+            try:
+                await self._wait_until(self._t + step)
+            finally:
+                self._step_started = None
+                self._busy.append((started, self._clock()))
+                self._prune(started - UTILIZATION_WINDOW_SECONDS)
             for req in admitted:
                 if not req.finished:
                     req.prefilled = True

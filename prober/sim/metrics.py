@@ -3,6 +3,10 @@
 Values are read from the engine when Prometheus scrapes (a custom collector), so they are
 exact at that instant and nothing has to keep gauges up to date. Names and the `model_name`
 label follow vLLM, so the prober's server scraper reads the simulator like a vLLM server.
+
+`DCGM_FI_DEV_GPU_UTIL` is the GPU utilisation as NVIDIA's DCGM exporter names it (percent,
+0..100, labels `gpu` and `modelName`): the share of the last second the engine was stepping,
+which reads near 100 % with a single stream (`Engine.utilization`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ class EngineCollector(Collector):
             gauge = GaugeMetricFamily(name, doc, labels=labels)
             gauge.add_metric(values, value)
             yield gauge
+        util = GaugeMetricFamily(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "GPU utilisation (%): share of the last second any sequence was stepping.",
+            labels=["gpu", "modelName"],
+        )
+        util.add_metric(["0", self._model], 100.0 * self._engine.utilization())
+        yield util
         counters = (
             ("vllm:request_success", "Requests that finished.", stats.request_success_total),
             ("vllm:prompt_tokens", "Prompt tokens prefilled.", stats.prompt_tokens_total),
