@@ -72,6 +72,17 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--out", metavar="FILE.json", type=Path, help="write the JSON report here")
     p.add_argument("--plot", metavar="DIR", type=Path, help="write PNG charts here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.add_argument("--emit-keda", metavar="FILE.yaml", type=Path,
+                   help="write a KEDA ScaledObject with budgets derived from the capacity "
+                   "(docs/autoscaling.md)")  # fmt: skip
+    p.add_argument("--emit-hpa", metavar="FILE.yaml", type=Path,
+                   help="write the same targets as an autoscaling/v2 HPA "
+                   "(prometheus-adapter)")  # fmt: skip
+    p.add_argument("--slots", metavar="N", type=int,
+                   help="the replica's parallel sequences, for the emitted budgets")  # fmt: skip
+    p.add_argument("--scale-name", metavar="NAME", default="vllm",
+                   help="Deployment and prober target name in the emitted objects "
+                   "(default vllm)")  # fmt: skip
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                    help="the client's loop, as the daemon's server.event_loop (auto: uvloop "
                    "when installed)")  # fmt: skip
@@ -166,6 +177,32 @@ def run_bench(args: argparse.Namespace) -> int:
 
         for path in write_plots(doc, args.plot):
             print(f"plot: {path}", file=sys.stderr)
+    return _emit(args, doc)
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """Write --emit-keda / --emit-hpa; exit 1 when the report cannot size a replica."""
+    keda_out, hpa_out = getattr(args, "emit_keda", None), getattr(args, "emit_hpa", None)
+    if keda_out is None and hpa_out is None:
+        return EXIT_OK
+    import yaml
+
+    from prober.bench.keda import derive, header, hpa, scaled_object
+
+    try:
+        budgets = derive(doc, getattr(args, "slots", None))
+    except ValueError as exc:
+        print(f"llm-prober bench: cannot derive autoscaling targets: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    name = getattr(args, "scale_name", "vllm")
+    objects: list[tuple[Path, dict[str, Any]]] = []
+    if keda_out is not None:
+        objects.append((keda_out, scaled_object(budgets, name=name, target=name)))
+    if hpa_out is not None:
+        objects.append((hpa_out, hpa(budgets, name=name, target=name)))
+    for path, obj in objects:
+        path.write_text(header(budgets) + yaml.safe_dump(obj, sort_keys=False))
+        print(f"autoscaling: {path}", file=sys.stderr)
     return EXIT_OK
 
 
