@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -48,6 +49,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llm-prober", description=__doc__)
     parser.add_argument("--version", action="version", version=f"llm-prober {__version__}")
@@ -77,8 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_arguments(sim)
 
     demo = sub.add_parser("demo", help="simulator + daemon together, metrics on a printed URL")
-    demo.add_argument("--port", type=int, default=9470, help="daemon port")
-    demo.add_argument("--sim-port", type=int, default=8000)
+    demo.add_argument("--port", type=_port, default=9470, help="daemon port (default 9470)")
+    demo.add_argument(
+        "--sim-port", type=_port, default=0, help="simulator port (default: a free one, printed)"
+    )
     demo.add_argument("--load-rate", type=float, default=2.0, help="background requests/s")
 
     from prober.bench import add_bench_parser
@@ -135,6 +148,11 @@ def run_daemon(config: Path | None) -> int:
     log = get_logger("prober")
     loop, loop_name = new_event_loop(server.event_loop)
     asyncio.set_event_loop(loop)
+    # SIGHUP is ignored (its default would kill the daemon with no drain): the configuration
+    # is read once; restart to change it.
+    loop.add_signal_handler(
+        signal.SIGHUP, lambda: log.info("sighup_ignored", note="restart to change the config")
+    )
     app = build_app(settings)
     web_config = app[WEB_CONFIG]
     tune_gc()  # after start-up allocated its long-lived objects
@@ -255,6 +273,11 @@ def result_summary(r: RequestResult) -> dict[str, Any]:
         "output_tokens": r.output_tokens,
         "reasoning_tokens": r.reasoning_tokens,
         "token_source": r.token_source.value,
+        "tokens_lower_bound": r.tokens_lower_bound,
+        "finish_reason": r.finish_reason.value,
+        "answered": r.answered,
+        "connection": None if r.reused is None else ("reused" if r.reused else "fresh"),
+        "phases_seconds": dict(timings.phases(r)),
         "server_prefill_seconds": r.server_prefill_seconds,
         "server_decode_per_token_seconds": r.server_decode_per_token_seconds,
     }

@@ -2,8 +2,9 @@
 
 Names follow DESIGN section 4: prefix `llmprober_`, base units, counters end in `_total`.
 Labels come from configuration only (`target`, `model`, `mode`) or from closed sets (`outcome`,
-`kind`, `source`, `state`), so cardinality is bounded. Latency observations carry the request
-id as an exemplar, so a slow bucket leads to one concrete request in the logs.
+`kind`, `source`, `state`, `reason`, `phase`, `connection`), so cardinality is bounded.
+Latency observations carry the request id as an exemplar, so a slow bucket leads to one
+concrete request in the logs (each finished probe is logged with it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TypeGuard, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import timings
-from prober.result import MAX_COUNT, Outcome, RequestResult
+from prober.result import MAX_COUNT, FinishReason, Outcome, RequestResult, TokenSource
 from prober.timings import Slo
 
 # vLLM's TTFT buckets (so client and server series share queries), up to minutes.
@@ -39,6 +40,15 @@ E2E_BUCKETS = (
 LAG_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 )  # fmt: skip
+
+# Connection set-up and request phases: from tens of microseconds (loopback) to the minutes a
+# first token may take.
+PHASE_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)  # fmt: skip
+# `llmprober_token_source_total{source}`: counted events that may each hold several tokens.
+LOWER_BOUND_SOURCE = "chunks_lower_bound"
 
 _M = TypeVar("_M", Counter, Histogram)
 
@@ -110,8 +120,19 @@ class Metrics:
             "llmprober_e2e_seconds", "End-to-end latency of successful streams.", E2E_BUCKETS
         )
         self.dispatch_lag = histogram(
-            "llmprober_dispatch_lag_seconds", "Send time minus scheduled time (client lateness).",
+            "llmprober_dispatch_lag_seconds",
+            "Begin of the request minus its scheduled time (the prober's own lateness).",
             LAG_BUCKETS,
+        )  # fmt: skip
+        self.phase = Histogram(
+            "llmprober_probe_phase_seconds",
+            "Time of each phase of a probe (resolve, connect, tls, request_written, first_byte, "
+            "first_token), by whether its connection was fresh or reused.",
+            (*TARGET_LABELS, "phase", "connection"), buckets=PHASE_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.connections = Counter(
+            "llmprober_connections", "Requests by whether they opened a connection or reused one.",
+            (*REQUEST_LABELS, "connection"), registry=registry,
         )  # fmt: skip
         self.server_prefill = histogram(
             "llmprober_server_prefill_seconds", "Prefill time reported by the server.", TTFT_BUCKETS
@@ -127,6 +148,27 @@ class Metrics:
         self.good = Counter(
             "llmprober_requests_good", "Requests that succeeded within the target's SLO (goodput).",
             REQUEST_LABELS, registry=registry,
+        )  # fmt: skip
+        self.without_answer = Counter(
+            "llmprober_requests_without_answer",
+            "Requests that got reasoning tokens but no answer (content) token; never good.",
+            REQUEST_LABELS, registry=registry,
+        )  # fmt: skip
+        self.without_answer_reasoning = Counter(
+            "llmprober_reasoning_tokens_without_answer",
+            "Reasoning tokens spent by requests that ended without an answer.",
+            REQUEST_LABELS, registry=registry,
+        )  # fmt: skip
+        self.finish_reasons = Counter(
+            "llmprober_finish_reasons", "Requests by finish reason (none: the server sent none).",
+            (*REQUEST_LABELS, "reason"), registry=registry,
+        )  # fmt: skip
+        self.token_source = Counter(
+            "llmprober_token_source",
+            "Requests with tokens by where their output count came from: usage, chunks (counted "
+            "events), chunks_lower_bound (events carried several tokens: the count is a lower "
+            "bound, TPOT an upper bound).",
+            (*REQUEST_LABELS, "source"), registry=registry,
         )  # fmt: skip
         self.tokens = Counter(
             "llmprober_tokens", "Tokens by kind (output includes reasoning).",
@@ -153,6 +195,10 @@ class Metrics:
         self.slo_e2e = Gauge(
             "llmprober_slo_e2e_seconds", "Configured end-to-end SLO (when set).", TARGET_LABELS,
             registry=registry,
+        )  # fmt: skip
+        self.slo_ttfo = Gauge(
+            "llmprober_slo_ttfo_seconds", "Configured time-to-first-answer SLO (when set).",
+            TARGET_LABELS, registry=registry,
         )  # fmt: skip
 
         self.probe_skipped = Counter(
@@ -191,9 +237,15 @@ class Metrics:
         self.slo_tpot.labels(*key).set(slo.tpot_seconds)
         if slo.e2e_seconds is not None:
             self.slo_e2e.labels(*key).set(slo.e2e_seconds)
+        if slo.ttfo_seconds is not None:
+            self.slo_ttfo.labels(*key).set(slo.ttfo_seconds)
         self.probe_interval.labels(*key).set(interval_seconds)
+        probe = labels.with_mode("probe")
         for outcome in Outcome:
-            self.requests.labels(*labels.with_mode("probe"), outcome.value)
+            self.requests.labels(*probe, outcome.value)
+        for reason in FinishReason:
+            self.finish_reasons.labels(*probe, reason.value)
+        self.without_answer.labels(*probe)
 
     def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
         """Observe one result; return whether it was good (within SLO).
@@ -216,6 +268,9 @@ class Metrics:
             if count and _count(count):
                 child(self.tokens, (*key, kind)).inc(count)
         self._observe_latencies(result, key, exemplar)
+        self._observe_stream(result, key)
+        if mode == "probe":
+            self._observe_phases(result, labels)
         good = timings.is_good(result, slo)
         if good:
             child(self.good, key).inc()
@@ -253,6 +308,32 @@ class Metrics:
             child(self.server_prefill, key).observe(prefill)
         if _duration(decode := r.server_decode_per_token_seconds):
             child(self.server_decode, key).observe(decode)
+
+    def _observe_stream(self, r: RequestResult, key: tuple[str, str, str]) -> None:
+        """What the stream said: finish reason, token source, an answer or none, connection."""
+        child = self._child
+        child(self.finish_reasons, (*key, r.finish_reason.value)).inc()
+        if r.token_event_ns:
+            source = r.token_source.value
+            if r.token_source is TokenSource.CHUNKS and r.tokens_lower_bound:
+                source = LOWER_BOUND_SOURCE
+            child(self.token_source, (*key, source)).inc()
+        # Both exist at 0 until one comes, so ratios are defined.
+        unanswered = child(self.without_answer, key)
+        spent = child(self.without_answer_reasoning, key)
+        if r.without_answer:
+            unanswered.inc()
+            if r.reasoning_tokens and _count(r.reasoning_tokens):
+                spent.inc(r.reasoning_tokens)
+        if r.reused is not None:
+            child(self.connections, (*key, "reused" if r.reused else "fresh")).inc()
+
+    def _observe_phases(self, r: RequestResult, labels: Labels) -> None:
+        connection = "reused" if r.reused else "fresh"
+        for phase, seconds in timings.phases(r):
+            if _duration(seconds):
+                values = (labels.target, labels.model, phase, connection)
+                self._child(self.phase, values).observe(seconds)
 
     def record_probe(self, result: RequestResult, labels: Labels, wall_end: float) -> None:
         key = (labels.target, labels.model)

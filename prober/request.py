@@ -74,6 +74,8 @@ class RequestSpec:
     ssl: ssl.SSLContext | bool = True
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     keep_text: bool = False
+    # Open a connection of its own instead of a pooled one (what a new user meets).
+    fresh_connection: bool = False
 
 
 def endpoint(base_url: str, api: Api) -> str:
@@ -115,7 +117,13 @@ async def stream_request(
     `on_first_token` is called once, when the first token arrives (the load driver counts
     its requests still waiting for one). After a stale-connection retry, `t_send` is the
     retry's write, the one that reached the server; the deadlines stay the first attempt's.
+    With `spec.fresh_connection` the request gets a connection of its own, closed after it.
     """
+    if spec.fresh_connection:
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with request_session(connector, session.headers) as own:
+            # A new connection cannot be stale: nothing to retry.
+            return await _Exchange(own, spec, t_sched_ns, on_first_token).run(retry=False)
     first = _Exchange(session, spec, t_sched_ns, on_first_token)
     try:
         return await first.run()
@@ -126,7 +134,7 @@ async def stream_request(
         connector = aiohttp.TCPConnector(force_close=True)
         async with request_session(connector, session.headers) as fresh:
             retry = _Exchange(fresh, spec, t_sched_ns, on_first_token)
-            return await retry.run(deadlines=first.deadlines)
+            return await retry.run(deadlines=first.deadlines, t_begin_ns=first.t_start_ns)
 
 
 class _StaleConnection(Exception):
@@ -159,23 +167,47 @@ class _Exchange:
         self.t_start_ns = 0
         self.sent = SendStamp()  # set by the session's trace as the request is written
         self.deadlines = (0.0, 0.0)  # (first token, total) on the loop's clock
+        self.t_begin_ns = 0  # the request's begin: this attempt's start, or the first's
+        self.tcp_ns: int | None = None  # TLS only: socket connected, before the handshake
 
     def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
         # Nothing written (no connection) or no trace on the session: the attempt's start.
         t_send = self.sent.ns or self.t_start_ns
         # A stream that reached its end ended then, whatever happened to the connection after.
         t_end = self.state.t_done_ns or time.perf_counter_ns()
+        sent = self.sent
         return self.state.result(
-            outcome, error, status, self.t_sched_ns, t_send, t_end, self.wall_start
-        )
+            outcome, error, status, self.t_sched_ns, t_send, t_end, self.wall_start,
+            t_begin_ns=self.t_begin_ns,
+            t_resolved_ns=sent.dns_end_ns or None,
+            t_tcp_ns=self.tcp_ns,
+            # A reused connection was ready as the attempt began (DESIGN: t_connected).
+            t_connected_ns=self.t_start_ns if sent.reused else (sent.created_ns or None),
+            reused=True if sent.reused else (False if sent.created_ns else None),
+        )  # fmt: skip
 
-    async def run(self, *, deadlines: tuple[float, float] | None = None) -> RequestResult:
+    def _note_connection(self, resp: aiohttp.ClientResponse) -> None:
+        """On a new TLS connection, when its socket connected (the handshake followed)."""
+        if self.sent.reused or not self.spec.base_url.startswith("https://"):
+            return
+        protocol = arrival_clock(resp)
+        if protocol is not None and self.t_start_ns <= protocol.tcp_ns <= protocol.made_ns:
+            self.tcp_ns = protocol.tcp_ns
+
+    async def run(
+        self,
+        *,
+        deadlines: tuple[float, float] | None = None,
+        t_begin_ns: int | None = None,
+        retry: bool = True,
+    ) -> RequestResult:
         """One attempt; `deadlines` (a first attempt's) make this a retry that may not retry."""
         loop = asyncio.get_running_loop()
         timeouts = self.spec.timeouts
         self.t_start_ns = time.perf_counter_ns()
+        self.t_begin_ns = self.t_start_ns if t_begin_ns is None else t_begin_ns
         started = loop.time()
-        may_retry = deadlines is None
+        may_retry = deadlines is None and retry
         if deadlines is None:
             total_deadline = started + timeouts.total_seconds
             deadlines = (
@@ -188,6 +220,7 @@ class _Exchange:
             async with asyncio.timeout_at(first_token_deadline) as deadline:
                 async with self._post() as resp:
                     self.phase = _Phase.FIRST_TOKEN
+                    self._note_connection(resp)
                     if resp.status != 200:
                         return await _http_failure(resp, self.finish)
                     if encoding := _compressed(resp):

@@ -37,13 +37,24 @@ class TokenSource(StrEnum):
     CHUNKS = "chunks"
 
 
+class FinishReason(StrEnum):
+    """Why generation stopped, folded onto a closed set (a bounded metric label)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    CONTENT_FILTER = "content_filter"
+    TOOL_CALLS = "tool_calls"
+    OTHER = "other"
+    NONE = "none"  # the stream never said
+
+
 @dataclass(frozen=True, slots=True)
 class RequestResult:
     """Everything one request yielded; the timing maths in `timings` work on this alone."""
 
     outcome: Outcome
     t_sched_ns: int
-    t_send_ns: int
+    t_send_ns: int  # the request's first bytes written to the connection
     t_end_ns: int
     # The prober's own id, sent as X-Request-Id: what logs and exemplars show.
     request_id: str = ""
@@ -67,9 +78,32 @@ class RequestResult:
     server_decode_per_token_seconds: float | None = None
     retry_after_seconds: float | None = None
     wall_start: float = 0.0
+    finish_reason: FinishReason = FinishReason.NONE
+    # Counted events were the source and some event carried more than one word: each may
+    # hold several tokens, so `output_tokens` is a lower bound (and TPOT an upper bound).
+    tokens_lower_bound: bool = False
+    # Why `usage` was not the source (empty when it was, or when no token came).
+    token_fallback: str = ""
+    # Connection set-up (DESIGN's phases). `t_begin`: the prober began the attempt; None
+    # for a result that never started one (dispatch lag then falls back to `t_send`).
+    t_begin_ns: int | None = None
+    t_resolved_ns: int | None = None  # name resolution done (None: no lookup was made)
+    t_tcp_ns: int | None = None  # TCP connected, before the TLS handshake (TLS only)
+    t_connected_ns: int | None = None  # connection ready: fresh after set-up, reused at once
+    reused: bool | None = None  # pooled connection reused; None when none was obtained
     # Completion text, kept only when debug logging of completions is on.
     text: str = field(default="", repr=False)
 
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.OK
+
+    @property
+    def answered(self) -> bool:
+        """At least one content token arrived (reasoning alone is no answer)."""
+        return self.t_first_content_ns is not None
+
+    @property
+    def without_answer(self) -> bool:
+        """Tokens came, all of them reasoning: the budget went on thinking, not answering."""
+        return self.t_first_token_ns is not None and self.t_first_content_ns is None

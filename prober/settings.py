@@ -1,7 +1,8 @@
 """Configuration: one validated `Settings`, from a YAML file and `LLMPROBER_*` environment.
 
-Environment overrides the file (nested keys with `__`, e.g. `LLMPROBER_SERVER__LISTEN`).
-Unknown keys are errors, so a typo never silently falls back to a default. `load_settings`
+Environment overrides the file (nested keys with `__`, e.g. `LLMPROBER_SERVER__LISTEN`; a list
+item by its index, `LLMPROBER_TARGETS__0__MODEL`). Unknown keys are errors, in the file and in
+the environment alike, so a typo never silently falls back to a default. `load_settings`
 raises `ConfigError`, whose `problems` are one line per fault, each naming its field
 (`targets[0].url: ...`). API keys are read from the named variable or file only when needed,
 by `resolve_api_key`, and never stored in `Settings`.
@@ -10,9 +11,13 @@ by `resolve_api_key`, and never stored in `Settings`.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import ssl
+import types
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -28,12 +33,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    YamlConfigSettingsSource,
-)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from prober.logs import register_secret
 from prober.request import Api
@@ -75,6 +75,7 @@ class SloConfig(_Strict):
     ttft_seconds: PositiveSeconds = 2.0
     tpot_seconds: PositiveSeconds = 0.2
     e2e_seconds: PositiveSeconds | None = None
+    ttfo_seconds: PositiveSeconds | None = None  # time to the first answer token
 
 
 class TimeoutsConfig(_Strict):
@@ -148,6 +149,9 @@ class TargetConfig(_Strict):
     engine: Literal["vllm", "llamacpp", "sglang", "tgi"] | None = None
     metrics_interval_seconds: Annotated[float, Field(ge=0.5, le=MAX_SECONDS)] = 5.0
     load: LoadConfig | None = None
+    # pooled: keep-alive connections are reused; fresh: every request opens its own (what a
+    # new user meets: resolve, connect and TLS in every probe's phases).
+    connection: Literal["pooled", "fresh"] = "pooled"
     # The engine's parallel slots (vLLM --max-num-seqs, llama-server -np, OLLAMA_NUM_PARALLEL):
     # a hint for the queue estimate, which learns them when unset.
     slots: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
@@ -311,20 +315,17 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Earlier sources win: explicit arguments, then the environment, then the YAML file.
-        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls)
+        # Only explicit arguments: `load_settings` merges the file and the environment itself,
+        # so a list item can be set by its index and a variable matching nothing is an error.
+        return (init_settings,)
 
 
-def load_settings(path: Path | None) -> Settings:
+def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Validated settings from `path` (YAML, optional) and the environment, or `ConfigError`."""
-    if path is not None:
-        _check_yaml(path)
-
-    class _FromFile(Settings):
-        model_config = SettingsConfigDict(yaml_file=path)
-
+    data = _check_yaml(path) if path is not None else {}
+    data = apply_environment(data, os.environ if environ is None else environ)
     try:
-        settings = _FromFile()  # type: ignore[call-arg]
+        settings = Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_problems(exc)) from None
     except ValueError as exc:  # YAML syntax and env JSON errors surface as ValueError
@@ -338,8 +339,8 @@ def load_settings(path: Path | None) -> Settings:
     return settings
 
 
-def _check_yaml(path: Path) -> None:
-    """The file exists, parses, and holds a mapping; else one clear problem line."""
+def _check_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping: it exists, parses, and holds one; else one clear problem line."""
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -355,8 +356,148 @@ def _check_yaml(path: Path) -> None:
         kind = type(data).__name__
         raise ConfigError([f"config: {path} must hold a mapping (server:, targets:), not a {kind}"])
     odd = [repr(key) for key in data or {} if not isinstance(key, str)]
-    if odd:  # pydantic-settings would fail on them with an AttributeError
+    if odd:  # they could not be passed on as settings
         raise ConfigError([f"config: top-level keys must be names, not {', '.join(odd)}"])
+    return dict(data or {})
+
+
+ENV_PREFIX = "LLMPROBER_"
+# Variables of the project that are not settings (the test scripts' cache folder).
+NOT_SETTINGS = frozenset({"LLMPROBER_CACHE"})
+
+
+def apply_environment(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """`data` (the file's) with every `LLMPROBER_*` variable applied over it.
+
+    `__` separates keys, a number picks a list item (one past the end appends one), and a
+    value for a section or a list is JSON. A variable that matches no setting is an error
+    naming it, unless a target names it as its `api_key_env`.
+    """
+    names = sorted(
+        (name for name in environ if name.upper().startswith(ENV_PREFIX)),
+        key=lambda name: (name.count("__"), name),
+    )
+    problems: list[str] = []
+    unknown: list[tuple[str, str]] = []
+    for name in names:
+        if name.upper() in NOT_SETTINGS:
+            continue
+        parts = name[len(ENV_PREFIX) :].lower().split("__")
+        try:
+            leaf = _env_field(parts)
+        except _NoField as exc:
+            unknown.append(
+                (name, f"{field_path(exc.loc)}: unknown key (environment variable {name})")
+            )
+            continue
+        try:
+            _env_set(data, parts, _env_value(environ[name], leaf, name))
+        except ConfigError as exc:
+            problems += [f"{field_path(_loc(parts))}: {p}" for p in exc.problems]
+    keys = _api_key_variables(data)
+    problems += [problem for name, problem in unknown if name not in keys]
+    if problems:
+        raise ConfigError(problems)
+    return data
+
+
+class _NoField(Exception):
+    def __init__(self, loc: tuple[int | str, ...]) -> None:
+        self.loc = loc
+
+
+def _loc(parts: list[str]) -> tuple[int | str, ...]:
+    return tuple(int(p) if p.isdecimal() else p for p in parts)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X` of `Annotated[X, ...]` and of `X | None`."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return annotation
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def _env_field(parts: list[str]) -> Any:
+    """The annotation `parts` lead to from `Settings`; `_NoField` where one matches nothing."""
+    annotation: Any = Settings
+    for i, part in enumerate(parts):
+        annotation = _unwrap(annotation)
+        origin = typing.get_origin(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part)
+            if not part or field is None:
+                raise _NoField(_loc(parts[: i + 1]))
+            annotation = field.annotation
+        elif origin is list:
+            if not part.isdecimal():
+                raise _NoField(_loc(parts[: i + 1]))
+            annotation = typing.get_args(annotation)[0]
+        elif origin is dict:
+            if not part:
+                raise _NoField(_loc(parts[: i + 1]))
+            annotation = typing.get_args(annotation)[1]
+        elif annotation is not Any:
+            raise _NoField(_loc(parts[: i + 1]))
+    return _unwrap(annotation)
+
+
+def _env_value(text: str, leaf: Any, name: str) -> Any:
+    """A section, list or mapping as JSON; anything else as the text pydantic will parse."""
+    complex_leaf = typing.get_origin(leaf) in (list, dict) or (
+        isinstance(leaf, type) and issubclass(leaf, BaseModel)
+    )
+    if not complex_leaf:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError([f"environment variable {name} is not valid JSON ({exc})"]) from None
+
+
+def _env_set(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            index = int(part)
+            if index > len(node):
+                raise ConfigError([f"index {index} leaves a gap: there are {len(node)} items"])
+            if index == len(node):
+                node.append({})
+            if last:
+                node[index] = value
+            elif not isinstance(node[index], dict | list):
+                node[index] = {}
+            node = node[index]
+            continue
+        if last:
+            node[part] = value
+            return
+        following_is_index = parts[i + 1].isdecimal()
+        kind = list if following_is_index else dict
+        if not isinstance(node.get(part), kind):
+            node[part] = kind()
+        node = node[part]
+
+
+def _api_key_variables(data: dict[str, Any]) -> set[str]:
+    """Variables the configured targets read their API key from (not settings)."""
+    targets = data.get("targets")
+    if not isinstance(targets, list):
+        return set()
+    return {
+        t["api_key_env"]
+        for t in targets
+        if isinstance(t, dict) and isinstance(t.get("api_key_env"), str)
+    }
 
 
 def _problems(exc: ValidationError) -> list[str]:

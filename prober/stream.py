@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from prober.logs import redact
-from prober.result import MAX_COUNT, Outcome, RequestResult, TokenSource
+from prober.result import MAX_COUNT, FinishReason, Outcome, RequestResult, TokenSource
 from prober.sse import LineSplitter, SSEParser, StreamError
 
 Finish = Callable[..., RequestResult]
@@ -58,7 +58,16 @@ MAX_SERVER_SECONDS = 86_400.0
 # stream's stamps without bound.
 EVENTS_PER_TOKEN = 4
 EVENT_SLACK = 256
-_FINISH_CHARS = 32
+# Finish reasons as servers spell them (OpenAI, vLLM, TGI, llama.cpp, Ollama's done_reason),
+# folded onto the bounded label; anything else is `other`.
+_FINISH = {
+    "stop": FinishReason.STOP, "eos": FinishReason.STOP, "eos_token": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP, "end_turn": FinishReason.STOP,
+    "length": FinishReason.LENGTH, "max_tokens": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER, "safety": FinishReason.CONTENT_FILTER,
+    "tool_calls": FinishReason.TOOL_CALLS, "function_call": FinishReason.TOOL_CALLS,
+    "tool_use": FinishReason.TOOL_CALLS,
+}  # fmt: skip
 MAX_TEXT_CHARS = 1 << 20  # completion text kept for `log_prompts`
 # A server's response id is kept (for correlating with its logs, never exported) only when it
 # looks like one: a short token of safe characters.
@@ -68,6 +77,13 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 def max_events(max_tokens: int) -> int:
     """The most events a stream asked for `max_tokens` tokens may carry."""
     return EVENTS_PER_TOKEN * max(1, max_tokens) + EVENT_SLACK
+
+
+def finish_reason(value: Any) -> FinishReason | None:
+    """A server's finish reason on the closed set; None when it sent none."""
+    if value is None or value == "":
+        return None
+    return _FINISH.get(str(value)[:32].strip().lower(), FinishReason.OTHER)
 
 
 def _int(value: Any) -> int | None:
@@ -116,7 +132,9 @@ class StreamState:
         self.ndjson = ndjson
         self.keep_text = keep_text
         self.done = False
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
+        self.usage_seen = False  # a usage block (or Ollama's final counts) was looked at
+        self.multi_word = False  # some token event's text held more than one word
         self.t_first_byte_ns: int | None = None
         self.t_first_token_ns: int | None = None
         self.t_first_content_ns: int | None = None
@@ -202,8 +220,8 @@ class StreamState:
             else:
                 content, reasoning = choice.get("text"), None
             self._token(content, reasoning, t_ns)
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])[:_FINISH_CHARS]
+            if (reason := finish_reason(choice.get("finish_reason"))) is not None:
+                self.finish_reason = reason
 
     def _on_ollama(self, obj: Any, t_ns: int) -> None:
         if not isinstance(obj, dict):
@@ -215,7 +233,10 @@ class StreamState:
         if obj.get("done"):
             self.done = True
             self.t_done_ns = t_ns
-            self.finish_reason = str(obj.get("done_reason") or "stop")[:_FINISH_CHARS]
+            # An Ollama too old to send done_reason ended without saying why: `none`, which
+            # still ends the stream (`done`).
+            self.finish_reason = finish_reason(obj.get("done_reason"))
+            self.usage_seen = True
             self.usage_prompt = _int(obj.get("prompt_eval_count"))
             self.usage_completion = _int(obj.get("eval_count"))
             self.server_prefill = _number(obj.get("prompt_eval_duration"), 1e-9)
@@ -236,6 +257,8 @@ class StreamState:
             self.t_first_content_ns = t_ns
         if has_reasoning:
             self.reasoning_events += 1
+        if not self.multi_word:
+            self.multi_word = _multi_word(content if has_content else reasoning)
         self.token_event_ns.append(t_ns)
         if self.keep_text and has_content and self._text_chars < MAX_TEXT_CHARS:
             self._text.append(content[: MAX_TEXT_CHARS - self._text_chars])
@@ -244,6 +267,7 @@ class StreamState:
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
+        self.usage_seen = True
         self.usage_prompt = _int(usage.get("prompt_tokens"))
         self.usage_completion = _int(usage.get("completion_tokens"))
         details = usage.get("completion_tokens_details")
@@ -282,9 +306,12 @@ class StreamState:
         t_send_ns: int,
         t_end_ns: int,
         wall_start: float,
+        **wire: Any,
     ) -> RequestResult:
+        """The result; `wire` carries the connection's stamps (`RequestResult`'s fields)."""
         from_usage = self.usage_completion is not None
         output = self.usage_completion if from_usage else len(self.token_event_ns)
+        counted = not from_usage and bool(self.token_event_ns)
         reasoning = (
             self.usage_reasoning if self.usage_reasoning is not None else self.reasoning_events
         )
@@ -312,7 +339,26 @@ class StreamState:
             server_decode_per_token_seconds=self.server_decode_per_token,
             wall_start=wall_start,
             text="".join(self._text),
+            finish_reason=self.finish_reason or FinishReason.NONE,
+            tokens_lower_bound=counted and self.multi_word,
+            token_fallback=self._fallback_cause() if counted else "",
+            **wire,
         )
+
+    def _fallback_cause(self) -> str:
+        """Why the counted events stand in for the server's count."""
+        if self.ndjson:
+            if self.usage_seen:
+                return "eval_count missing or not a count in [0, 2**53)"
+            return "no final done:true line with eval_count"
+        if self.usage_seen:
+            return "usage.completion_tokens missing or not a count in [0, 2**53)"
+        return "no usage block in the stream (stream_options.include_usage ignored?)"
+
+
+def _multi_word(text: str) -> bool:
+    """Whether a token event's text holds two words or more (one token rarely does)."""
+    return len(text.split(None, 1)) > 1
 
 
 def _error_text(error: Any) -> str:

@@ -44,6 +44,7 @@ class Target:
     timeouts: Timeouts
     keep_text: bool = False
     prompts: PromptBuilder = field(default_factory=PromptBuilder)
+    fallback_noted: bool = False  # the first count from events instead of usage was logged
 
     @classmethod
     def from_config(cls, cfg: TargetConfig, *, keep_text: bool = False) -> Target:
@@ -56,7 +57,12 @@ class Target:
         return cls(
             config=cfg,
             labels=Labels(cfg.name, cfg.model),
-            slo=Slo(cfg.slo.ttft_seconds, cfg.slo.tpot_seconds, cfg.slo.e2e_seconds),
+            slo=Slo(
+                cfg.slo.ttft_seconds,
+                cfg.slo.tpot_seconds,
+                cfg.slo.e2e_seconds,
+                cfg.slo.ttfo_seconds,
+            ),
             headers=headers,
             ssl=ssl_context(cfg),
             timeouts=Timeouts(
@@ -94,8 +100,16 @@ class Target:
             extra_body=self.config.extra_body,
             ssl=self.ssl,
             keep_text=self.keep_text,
+            fresh_connection=self.config.connection == "fresh",
         )
         result = await stream_request(session, spec, t_sched_ns, on_first_token)
+        if result.token_fallback and not self.fallback_noted:
+            self.fallback_noted = True
+            log.warning(
+                "token_count_from_events", target=self.name, cause=result.token_fallback,
+                lower_bound=result.tokens_lower_bound, request_id=result.request_id,
+                note="counted in llmprober_token_source_total; logged once per target",
+            )  # fmt: skip
         accepted = not result.prompt_tokens or builder.observe(words, result.prompt_tokens)
         if not accepted and builder.rejected == 1:  # noted once, never chased
             log.warning(

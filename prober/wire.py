@@ -13,32 +13,58 @@ the event loop gets to it, after every callback queued before it:
   be late by the tasks ahead of it: up to ~2-3 ms for the last stream. The protocol notes
   when the loop last handed it bytes from the socket, and the reader stamps each read with
   that instant: never before the bytes it returns arrived, never after the read returned.
+
+The same trace notes the connection's set-up for the phases (DESIGN section 1): name
+resolution (`on_dns_resolvehost_*`, absent for an IP address or a cached name), whether a
+pooled connection was reused (`on_connection_reuseconn`), and when a new one was ready
+(`on_connection_create_end`). TCP-connected-before-TLS comes from the protocol itself:
+asyncio builds it as soon as the socket is connected and calls `connection_made` only after
+the TLS handshake, so the two stamps bracket the handshake.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Mapping
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
 
 class SendStamp:
-    """`ns`: when the request's first bytes were written (0 until then)."""
+    """One request's trace stamps (0 until seen): `ns` when its first bytes were written,
+    name resolution start and end, when a new connection was ready, and whether a pooled one
+    was reused."""
 
-    __slots__ = ("ns",)
+    __slots__ = ("created_ns", "dns_end_ns", "dns_start_ns", "ns", "reused")
 
     def __init__(self) -> None:
         self.ns = 0
+        self.dns_start_ns = 0
+        self.dns_end_ns = 0
+        self.created_ns = 0
+        self.reused = False
 
 
 class ArrivalStampingHandler(ResponseHandler):
-    """aiohttp's client protocol, noting when the loop last handed it bytes (`received_ns`)."""
+    """aiohttp's client protocol, noting when the loop last handed it bytes (`received_ns`),
+    when its socket was connected (`tcp_ns`: it is built then) and when the connection was
+    made (`made_ns`: after the TLS handshake on a TLS connection)."""
 
     received_ns = 0
+    made_ns = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.tcp_ns = time.perf_counter_ns()
+        super().__init__(*args, **kwargs)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.made_ns = time.perf_counter_ns()
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if data:  # aiohttp also calls it with b"" to resume decompression: no arrival
@@ -61,6 +87,10 @@ def request_session(
     _stamp_arrivals(connector)
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_on_request_chunk_sent)
+    trace.on_dns_resolvehost_start.append(_on_dns_start)
+    trace.on_dns_resolvehost_end.append(_on_dns_end)
+    trace.on_connection_create_end.append(_on_created)
+    trace.on_connection_reuseconn.append(_on_reused)
     return aiohttp.ClientSession(
         connector=connector,
         cookie_jar=aiohttp.DummyCookieJar(),
@@ -89,3 +119,28 @@ async def _on_request_chunk_sent(
     stamp = ctx.trace_request_ctx
     if isinstance(stamp, SendStamp) and not stamp.ns:
         stamp.ns = time.perf_counter_ns()
+
+
+def _stamps(ctx: SimpleNamespace) -> SendStamp | None:
+    stamp = ctx.trace_request_ctx
+    return stamp if isinstance(stamp, SendStamp) else None
+
+
+async def _on_dns_start(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+    if (stamp := _stamps(ctx)) is not None:
+        stamp.dns_start_ns = time.perf_counter_ns()
+
+
+async def _on_dns_end(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+    if (stamp := _stamps(ctx)) is not None:
+        stamp.dns_end_ns = time.perf_counter_ns()
+
+
+async def _on_created(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+    if (stamp := _stamps(ctx)) is not None:
+        stamp.created_ns = time.perf_counter_ns()
+
+
+async def _on_reused(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+    if (stamp := _stamps(ctx)) is not None:
+        stamp.reused = True
