@@ -12,7 +12,9 @@ into the first, so the first probe's token gaps before and after tell the queue 
 much one more sequence slows decoding (`foreign.py`). Both are recorded as probes. Every probe
 in flight is tracked by the target's `TargetCapacity.probes`, so the estimate counts the
 prober's own requests exactly. `drain()` stops scheduling and lets in-flight probes finish
-within a grace period; the rest are cancelled and counted.
+within a grace period; the rest are cancelled, counted as `cancelled`, and end quietly (a
+job cancelled at shutdown is no error). Each finished probe is logged once (`log_probe`), with
+the request id its exemplars carry.
 """
 
 from __future__ import annotations
@@ -63,6 +65,26 @@ def _scheduler_logger() -> logging.Logger:
     return logger
 
 
+def log_probe(bound: Any, r: RequestResult) -> None:
+    """The one line of a finished probe, at info (warning when it failed). Its request id
+    is the one its exemplars carry; never the prompt (`log_prompts` logs that apart)."""
+    fields: dict[str, Any] = {
+        "request_id": r.request_id,
+        "outcome": r.outcome.value,
+        "ttft_seconds": timings.ttft(r),
+        "ttfo_seconds": timings.ttfo(r),
+        "output_tokens": r.output_tokens,
+        "reasoning_tokens": r.reasoning_tokens,
+        "token_source": r.token_source.value,
+        "finish_reason": r.finish_reason.value,
+        "connection": None if r.reused is None else ("reused" if r.reused else "fresh"),
+    }
+    if r.ok:
+        bound.info("probe_ok", answered=r.answered, **fields)
+    else:
+        bound.warning("probe_failed", error=r.error, http_status=r.http_status, **fields)
+
+
 def cancelled_result(t_sched_ns: int) -> RequestResult:
     now = time.perf_counter_ns()
     return RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error="cancelled at shutdown")
@@ -92,6 +114,7 @@ class ProbeScheduler:
         self._warmed: set[str] = set()
         self._skip_noted: set[str] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
+        self._draining = False
         self.probed: set[str] = set()
 
     @property
@@ -105,7 +128,7 @@ class ProbeScheduler:
             cfg = target.config
             self._metrics.describe_target(target.labels, target.slo, cfg.interval_seconds)
             self._scheduler.add_job(
-                self._probe,
+                self._job,
                 "interval",
                 args=(target.name,),
                 id=target.name,
@@ -126,8 +149,15 @@ class ProbeScheduler:
         pending = {t for t in self._in_flight if not t.done()}
         if pending:
             log.info("draining_probes", in_flight=len(pending), grace_seconds=grace_seconds)
-            await asyncio.wait(pending, timeout=grace_seconds)
-        self._scheduler.shutdown(wait=False)  # cancels what is still running
+            _, pending = await asyncio.wait(pending, timeout=grace_seconds)
+        # Cancel what is left ourselves, so each probe records `cancelled` and its job ends
+        # without an exception (apscheduler logs one as an ERROR with a traceback).
+        self._draining = True
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+        self._scheduler.shutdown(wait=False)  # cancels anything that did not end
         await asyncio.sleep(0)
 
     def _submitted(self, event: JobSubmissionEvent) -> None:
@@ -150,6 +180,15 @@ class ProbeScheduler:
                 note="counted in llmprober_probe_skipped_total; logged once per target",
             )  # fmt: skip
 
+    async def _job(self, name: str) -> None:
+        """The scheduled job: one probe run; cancelled by our own drain, it ends quietly."""
+        try:
+            await self._probe(name)
+        except asyncio.CancelledError:
+            if self._draining:
+                return  # our shutdown: no error (apscheduler would log a traceback)
+            raise
+
     async def _probe(self, name: str) -> None:
         target = self._targets[name]
         task = asyncio.current_task()
@@ -169,15 +208,13 @@ class ProbeScheduler:
             else:
                 results = (await self._send(target, t_sched_ns),)
         except asyncio.CancelledError:
-            self._record(target, cancelled_result(t_sched_ns))
+            cancelled = cancelled_result(t_sched_ns)
+            self._record(target, cancelled)
+            log_probe(bound, cancelled)
             raise
         for result in results:
             self._record(target, result)
-            if result.ok:
-                ttft = timings.ttft(result)
-                bound.debug("probe_ok", ttft_seconds=ttft, tokens=result.output_tokens)
-            else:
-                bound.warning("probe_failed", outcome=result.outcome.value, error=result.error)
+            log_probe(bound, result)
         if cap is not None:
             if len(results) == 2:
                 cap.observe_pair(results[0], results[1])

@@ -7,8 +7,12 @@ pattern; only configured names are accepted, so it cannot be turned into a proxy
 `/-/healthy`, `/-/ready` and a landing page. With `server.web_config_file`, basic auth guards
 every route but the two health checks, and `WEB_CONFIG.ssl_context()` serves them over TLS
 (`webconfig.py`). The client session and the probe scheduler
-start in `cleanup_ctx` and stop in reverse order; on shutdown in-flight probes get the
-configured grace period.
+start in `cleanup_ctx` and stop in reverse order.
+
+Shutdown has one deadline, `server.grace_seconds` from the moment it begins (`on_shutdown`):
+scheduled probes, background load and `/probe` requests in flight all drain at once within
+it, and whatever is left then is cancelled. `/probe` runs at most one probe per target at a
+time; a second request for a busy target is answered 429 at once, with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from prober import __version__
 from prober.capacity import CapacityCollector, TargetCapacity
 from prober.exposition import metrics_handler
 from prober.load import LoadDriver
+from prober.logs import get_logger
 from prober.metrics import Metrics
-from prober.schedule import ProbeScheduler
+from prober.result import RequestResult
+from prober.schedule import ProbeScheduler, cancelled_result, log_probe
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig, load_web_config
@@ -43,6 +49,31 @@ SCHEDULER = web.AppKey("scheduler", ProbeScheduler)
 CAPACITY = web.AppKey("capacity", dict[str, TargetCapacity])
 LOADS = web.AppKey("loads", list[LoadDriver])
 WEB_CONFIG = web.AppKey("web_config", WebConfig)
+
+
+class Inflight:
+    """What shutdown and `/probe` share: the targets with a `/probe` in flight and the one
+    drain task, once shutdown began (set on the app before it starts, changed after)."""
+
+    def __init__(self) -> None:
+        self.probing: set[str] = set()
+        self.sends: set[asyncio.Task[RequestResult]] = set()  # the upstream requests of /probe
+        self.drain: asyncio.Task[None] | None = None
+
+    async def drain_sends(self, grace_seconds: float) -> None:
+        """Give `/probe` requests in flight the grace, then cancel them (aiohttp's own wait
+        would take up to twice its timeout for a handler that does not end)."""
+        if self.sends:
+            _, pending = await asyncio.wait(set(self.sends), timeout=grace_seconds)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+INFLIGHT = web.AppKey("inflight", Inflight)
+_log = get_logger("prober.web")
+# A /probe for a target whose previous one is still running is refused, and asked back later.
+PROBE_RETRY_AFTER_SECONDS = 1
 
 
 def client_session() -> aiohttp.ClientSession:
@@ -70,9 +101,11 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
         if n in app[PROBED] or t.config.load is not None
     }
     app[METRICS].registry.register(CapacityCollector(app[CAPACITY].values()))
+    app[INFLIGHT] = Inflight()
     app.cleanup_ctx.append(_session_ctx)
     app.cleanup_ctx.append(_capacity_ctx)
     app.cleanup_ctx.append(_scheduler_ctx)
+    app.on_shutdown.append(_begin_drain)
     app.router.add_get("/metrics", metrics_handler(app[METRICS].registry))
     app.router.add_get("/probe", _probe_now)
     app.router.add_get("/-/healthy", _healthy)
@@ -119,8 +152,7 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
     for driver in loads:
         driver.start()
     yield
-    grace = settings.server.grace_seconds
-    await asyncio.gather(*(d.stop(grace) for d in loads))
+    await _drained(app)
     for task in watchers:
         task.cancel()
     await asyncio.gather(*watchers, return_exceptions=True)
@@ -132,7 +164,33 @@ async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     app[SCHEDULER] = scheduler
     scheduler.start()
     yield
-    await scheduler.drain(app[SETTINGS].server.grace_seconds)
+    await _drained(app)
+
+
+async def _begin_drain(app: web.Application) -> None:
+    """Start draining probes and load as shutdown begins: aiohttp then waits for `/probe`
+    handlers (its `shutdown_timeout`, the same grace) while they drain, not before."""
+    inflight = app[INFLIGHT]
+    if inflight.drain is None:
+        inflight.drain = asyncio.create_task(_drain_all(app), name="drain")
+
+
+async def _drain_all(app: web.Application) -> None:
+    grace = app[SETTINGS].server.grace_seconds
+    scheduler = app.get(SCHEDULER)
+    drains = [d.stop(grace) for d in app.get(LOADS, [])]
+    drains.append(app[INFLIGHT].drain_sends(grace))
+    if scheduler is not None:
+        drains.append(scheduler.drain(grace))
+    await asyncio.gather(*drains)
+
+
+async def _drained(app: web.Application) -> None:
+    """Wait for the one drain (started now if shutdown skipped `on_shutdown`)."""
+    await _begin_drain(app)
+    drain = app[INFLIGHT].drain
+    assert drain is not None
+    await asyncio.shield(drain)
 
 
 async def _probe_now(request: web.Request) -> web.Response:
@@ -140,10 +198,33 @@ async def _probe_now(request: web.Request) -> web.Response:
     target = request.app[TARGETS].get(name)
     if target is None:
         raise web.HTTPBadRequest(text=f"unknown target {name[:64]!r}: use a configured name\n")
+    inflight = request.app[INFLIGHT]
+    probing = inflight.probing
+    if inflight.drain is not None:
+        raise web.HTTPServiceUnavailable(text="shutting down\n")
+    if name in probing:  # one in flight per target, as blackbox_exporter does
+        raise web.HTTPTooManyRequests(
+            text=f"a probe of {name} is in flight; retry later\n",
+            headers={"Retry-After": str(PROBE_RETRY_AFTER_SECONDS)},
+        )
+    probing.add(name)
+    t_sched_ns = time.perf_counter_ns()
+    send = asyncio.create_task(target.send(request.app[SESSION], t_sched_ns))
+    inflight.sends.add(send)
+    try:
+        result = await asyncio.shield(send)  # the drain, not the client, may cancel it
+    except asyncio.CancelledError:
+        if not send.cancelled():
+            send.cancel()  # the handler itself was cancelled: take the request along
+            raise
+        result = cancelled_result(t_sched_ns)  # cut at the shutdown deadline
+    finally:
+        inflight.sends.discard(send)
+        probing.discard(name)
+    log_probe(_log.bind(target=name, model=target.config.model, via="/probe"), result)
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
-    result = await target.send(request.app[SESSION], time.perf_counter_ns())
     metrics.record(result, target.labels, "probe", target.slo)
     metrics.record_probe(result, target.labels, time.time())
     return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
