@@ -52,7 +52,8 @@ async def stream(
     """Write the streamed answer; returns when done, cut, or the client left."""
     headers = {"Content-Type": enc.content_type, "Cache-Control": "no-cache"}
     resp = web.StreamResponse(headers=headers | {"X-Request-Id": spec.request_id})
-    out = _Out(resp, state.stamps.open(spec.request_id))
+    # Found by the client's X-Request-Id too: the prober's results carry that one.
+    out = _Out(resp, state.stamps.open(spec.request_id, request.headers.get("X-Request-Id")))
     kind = fault_kind(spec)
     req: EngineRequest | None = None
     try:
