@@ -141,6 +141,46 @@ def outcome_and_traffic_panels() -> list[tuple[Panel, int, int]]:
     ]
 
 
+def stream_panels() -> list[tuple[Panel, int, int]]:
+    unanswered = (
+        f"{BY_TARGET} (rate(llmprober_requests_without_answer_total{{{SEL_MODE}}}[{RI}])) / "
+        f'{BY_TARGET} (rate(llmprober_requests_total{{{SEL_MODE}, outcome!="cancelled"}}[{RI}]))'
+    )
+    return [
+        (row("What the streams said"), 24, 1),
+        (timeseries("Requests without an answer", [
+            q(unanswered, "{{target}}", "A"),
+        ], "percentunit", "Share of requests that got reasoning tokens but no answer token "
+           "(the token budget went on thinking): never good. Alert: above 5 % for 10m.",
+           max_=1), 8, 8),
+        (timeseries("Finish reasons", [
+            q(f"sum by (reason) (rate(llmprober_finish_reasons_total{{{SEL_MODE}}}[{RI}]))",
+              "{{reason}}", "A"),
+        ], "reqps", "Why generation stopped: stop, length (max_tokens reached), content_filter, "
+           "tool_calls, other; none: the server never said.", stack=True, bars=True), 8, 8),
+        (timeseries("Token count source", [
+            q(f"sum by (target, source) (rate(llmprober_token_source_total{{{SEL_MODE}}}[{RI}]))",
+              "{{target}} {{source}}", "A"),
+        ], "reqps", "usage: the server's count; chunks: counted events (usage not sent); "
+           "chunks_lower_bound: events carried several tokens, so token counts are lower "
+           "bounds and TPOT an upper bound.", stack=True), 8, 8),
+        (row("Probe phases: connection set-up and the request's course"), 24, 1),
+        (timeseries("Probe phases (p50)", [
+            q(f"histogram_quantile(0.5, sum by (phase, connection, le) "
+              f"(rate(llmprober_probe_phase_seconds_bucket{{{SEL}}}[{RI}])))",
+              "{{phase}} ({{connection}})", "A"),
+        ], "s", "resolve, connect and tls (fresh connections only), request_written, "
+           "first_byte, first_token: they add up to TTFT minus dispatch lag.", stack=True),
+         16, 8),
+        (timeseries("Connections", [
+            q(f"sum by (target, connection) (rate(llmprober_connections_total{{{SEL_MODE}}}"
+              f"[{RI}]))", "{{target}} {{connection}}", "A"),
+        ], "reqps", "Requests on a fresh connection against a reused (pooled) one. Set "
+           "`connection: fresh` on a target to measure what a new user meets.", stack=True),
+         8, 8),
+    ]
+
+
 def queue_and_health_panels() -> list[tuple[Panel, int, int]]:
     depth = "max by (target, source) (llmprober_queue_depth{{{sel}, state=\"{state}\"}})"
     return [
@@ -168,8 +208,9 @@ def queue_and_health_panels() -> list[tuple[Panel, int, int]]:
         (row("Prober health"), 24, 1),
         (timeseries("Dispatch lag",
                     quantiles("llmprober_dispatch_lag_seconds", SEL_MODE, ("0.5", "0.99")), "s",
-                    "Scheduled start to request sent: the prober's own delay, included in "
-                    "TTFT."), 6, 8),
+                    "Scheduled start to the moment the prober began the request: its own "
+                    "delay, included in TTFT (connection set-up is a phase of its own)."),
+         6, 8),
         (timeseries("Dropped arrivals", [
             q(f"{BY_TARGET} (rate(llmprober_load_dropped_total{{{SEL}}}[{RI}]))", "{{target}}",
               "A"),
@@ -277,7 +318,10 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
 
 def overview() -> dict[str, Any]:
     """How the endpoints feel to users: latency, goodput, outcomes, traffic, queue."""
-    panels = latency_panels() + outcome_and_traffic_panels() + queue_and_health_panels()
+    panels = (
+        latency_panels() + outcome_and_traffic_panels() + stream_panels()
+        + queue_and_health_panels()
+    )  # fmt: skip
     return dashboard(
         "llm-prober-overview",
         "llm-prober / Overview",

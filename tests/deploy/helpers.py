@@ -40,6 +40,7 @@ HISTOGRAMS = {
     "llmprober_queue_wait_seconds",
     "llmprober_server_prefill_seconds",
     "llmprober_server_decode_per_token_seconds",
+    "llmprober_probe_phase_seconds",
 }
 COUNTERS = {
     "llmprober_requests_total",
@@ -48,6 +49,11 @@ COUNTERS = {
     "llmprober_load_dropped_total",
     "llmprober_server_scrape_errors_total",
     "llmprober_probe_skipped_total",
+    "llmprober_requests_without_answer_total",
+    "llmprober_reasoning_tokens_without_answer_total",
+    "llmprober_finish_reasons_total",
+    "llmprober_token_source_total",
+    "llmprober_connections_total",
 }
 GAUGES = {
     "llmprober_probe_success",
@@ -56,6 +62,7 @@ GAUGES = {
     "llmprober_slo_ttft_seconds",
     "llmprober_slo_tpot_seconds",
     "llmprober_slo_e2e_seconds",
+    "llmprober_slo_ttfo_seconds",
     "llmprober_load_in_flight",
     "llmprober_load_target_rate",
     "llmprober_queue_depth",
