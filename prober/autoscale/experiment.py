@@ -46,6 +46,8 @@ class Setup:
     rules: Path
     seed: int
     grace: float
+    initial: int
+    user_timeout: float
 
 
 async def _warm(prom: prometheus.Client, query: str, seconds: float) -> None:
@@ -65,7 +67,8 @@ async def _traffic(setup: Setup, fleet: Fleet, work: Path) -> asyncio.subprocess
         "trace": [asdict(s) for s in setup.trace.segments], "capacity": setup.capacity,
         "prompt_tokens": setup.engine.prompt_tokens, "max_tokens": setup.engine.max_tokens,
         "endpoints": str(fleet.endpoints), "out": str(work / "requests.jsonl"),
-        "seed": setup.seed, "timeout": 60.0, "endpoints_refresh": 1.0 / setup.factor,
+        "seed": setup.seed, "timeout": setup.user_timeout,
+        "endpoints_refresh": 1.0 / setup.factor,
     }  # fmt: skip
     (work / "traffic.json").write_text(json.dumps(spec))
     with (work / "traffic.log").open("ab") as log:
@@ -157,7 +160,7 @@ async def run_policy(setup: Setup, policy: Policy, work: Path) -> dict[str, Any]
             prom = prometheus.Client(session, f"http://127.0.0.1:{port}")
             if not await prom.ready(30):
                 raise RuntimeError(f"prometheus did not start: see {work / 'prometheus.log'}")
-            await _start_fleet(fleet, session, policy.min_replicas)
+            await _start_fleet(fleet, session, max(policy.min_replicas, setup.initial))
             await _warm(prom, 'llmprober:ttft_seconds:p95_5m{target="vllm"}', setup.warmup)
             t0 = time.monotonic()
             procs.append(await _traffic(setup, fleet, work))

@@ -62,12 +62,12 @@ def standard(scale: float = 1.0) -> Trace:
 
     `scale` shortens every segment (the short test uses it); the shape is unchanged."""
     parts = (
-        Segment("baseline", 180, 0.6, 0.6),
-        Segment("ramp", 420, 0.6, 2.2),
-        Segment("step", 480, 3.3, 3.3),
-        Segment("settle", 300, 2.2, 2.2),
-        Segment("spike", 120, 3.6, 3.6),
-        Segment("after", 300, 2.2, 2.2),
+        Segment("baseline", 240, 1.2, 1.2),
+        Segment("ramp", 360, 1.2, 2.0),
+        Segment("step", 480, 3.0, 3.0),
+        Segment("settle", 300, 2.0, 2.0),
+        Segment("spike", 90, 3.6, 3.6),
+        Segment("after", 330, 2.0, 2.0),
     )
     return Trace(tuple(Segment(p.name, p.seconds * scale, p.begin, p.end) for p in parts))
 

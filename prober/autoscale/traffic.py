@@ -80,13 +80,24 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, t0: float,
                 rec["outcome"] = f"http_{resp.status}"
                 return rec
             async for line in resp.content:
-                if rec["ttft"] is None and line.startswith(b"data: {"):
+                if rec["ttft"] is None and _has_token(line):
                     rec["ttft"] = time.monotonic() - t0 - sched
             rec["end"] = time.monotonic() - t0
             rec["outcome"] = "ok" if rec["ttft"] is not None else "protocol_error"
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         rec["outcome"] = type(exc).__name__
     return rec
+
+
+def _has_token(line: bytes) -> bool:
+    """Whether an SSE line carries content (the opening chunk holds only the role)."""
+    if not line.startswith(b"data: {"):
+        return False
+    try:
+        choices = json.loads(line[6:]).get("choices") or [{}]
+        return bool((choices[0].get("delta") or {}).get("content"))
+    except (ValueError, AttributeError, IndexError):
+        return False
 
 
 def _body(spec: Spec) -> bytes:
