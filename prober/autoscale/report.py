@@ -48,8 +48,16 @@ def ttft_p95_bins(records: Sequence[Record], start: float, end: float,
         i = math.floor((r["sched"] - start) / width)
         if 0 <= i < count:
             ok = r.get("outcome") == "ok" and r.get("ttft") is not None
-            bins[i].append(r["ttft"] if ok else math.inf)
-    return [(start + i * width, percentile(b, 0.95)) for i, b in enumerate(bins)]
+            bins[i].append(r["ttft"] if ok else _NEVER)
+    return [(start + i * width, _late(percentile(b, 0.95))) for i, b in enumerate(bins)]
+
+
+# Unanswered requests rank as this late; infinities would interpolate to NaN.
+_NEVER = 1e9
+
+
+def _late(p95: float | None) -> float | None:
+    return math.inf if p95 is not None and p95 >= _NEVER else p95
 
 
 def recovery(records: Sequence[Record], trace: Trace, slo: float, width: float,

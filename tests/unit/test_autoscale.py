@@ -1,0 +1,141 @@
+"""The autoscale experiment's pure parts: the HPA's arithmetic, policies read from a
+ScaledObject, the trace, the report's figures, the budgets `bench --emit-keda` derives, and
+the simulator's utilisation gauge. Plain numbers, no processes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prober.autoscale.hpa import Behavior, Hpa, ScalingPolicy, ScalingRules, desired_for_metric
+from prober.autoscale.policy import from_scaled_object, standard_policies
+from prober.autoscale.prometheus import scale_ranges
+from prober.autoscale.report import recovery, replica_seconds, ttft_p95_bins
+from prober.autoscale.trace import Segment, Trace, arrivals, standard
+from prober.bench.keda import derive, scaled_object
+from prober.sim import SimConfig
+from prober.sim.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml"
+
+
+def shipped_behavior() -> Behavior:
+    return Behavior(
+        up=ScalingRules(0, (ScalingPolicy("Pods", 2, 120),)),
+        down=ScalingRules(600, (ScalingPolicy("Pods", 1, 300),)),
+    )
+
+
+def test_average_value_divides_the_fleet_total_by_the_per_replica_target() -> None:
+    assert desired_for_metric("AverageValue", 17, 4, status_replicas=2, ready_pods=2) == 5
+    # within 10 % of target x replicas: unchanged
+    assert desired_for_metric("AverageValue", 8.7, 4, status_replicas=2, ready_pods=2) == 2
+    assert desired_for_metric("AverageValue", 0, 4, status_replicas=3, ready_pods=3) == 0
+
+
+def test_value_scales_the_ready_pods_by_the_ratio() -> None:
+    assert desired_for_metric("Value", 3.0, 2.0, status_replicas=4, ready_pods=2) == 3
+    assert desired_for_metric("Value", 2.1, 2.0, status_replicas=4, ready_pods=2) == 4
+    assert desired_for_metric("Value", 100, 80, status_replicas=1, ready_pods=1) == 2
+
+
+def test_scale_up_is_limited_per_period_and_scale_down_waits_for_the_window() -> None:
+    hpa = Hpa(shipped_behavior(), min_replicas=1, max_replicas=8)
+    assert hpa.decide(0, current=1, desired=8) == 3  # +2 per 120 s
+    assert hpa.decide(60, current=3, desired=8) == 3  # same period
+    assert hpa.decide(121, current=3, desired=8) == 5
+    # down: the highest recommendation of the last 600 s holds
+    assert hpa.decide(300, current=5, desired=1) == 5
+    assert hpa.decide(722, current=5, desired=1) == 4  # window passed, 1 per 300 s
+    assert hpa.decide(800, current=4, desired=1) == 4
+    assert hpa.decide(1023, current=4, desired=1) == 3
+
+
+def test_max_replicas_bounds_everything() -> None:
+    hpa = Hpa(Behavior(ScalingRules(0, ()), ScalingRules(0, ())), 1, 4)
+    assert hpa.decide(0, current=2, desired=2) == 2
+    up = Behavior(ScalingRules(0, (ScalingPolicy("Percent", 100, 15),)), ScalingRules(0, ()))
+    assert Hpa(up, 1, 4).decide(0, current=3, desired=9) == 4
+
+
+def test_the_shipped_scaled_object_reads_as_a_policy_with_time_compressed() -> None:
+    doc = yaml.safe_load(SHIPPED.read_text())
+    policy = from_scaled_object(doc, factor=10)
+    assert {t.name for t in policy.triggers} == {"queue-waiting", "ttft-p95", "in-system"}
+    assert policy.behavior.down.stabilization_seconds == 60
+    assert policy.behavior.up.policies[0].period_seconds == 12
+    names = [p.name for p in standard_policies(policy)]
+    assert names == ["gpu-util", "queue", "ttft-p95", "saturation", "shipped"]
+
+
+def test_rule_ranges_are_divided_by_the_factor() -> None:
+    text = "rate(x[5m]) avg_over_time(y[2m]) z[1h] w[30s]"
+    scaled = "rate(x[30000ms]) avg_over_time(y[12000ms]) z[360000ms] w[3000ms]"
+    assert scale_ranges(text, 10) == scaled
+
+
+def test_trace_rates_and_arrivals_follow_the_segments() -> None:
+    trace = Trace((Segment("a", 10, 1, 1), Segment("b", 10, 1, 3)))
+    assert trace.rate_at(5) == 1
+    assert trace.rate_at(15) == 2
+    assert trace.rate_at(25) == 0
+    times = list(arrivals(trace, capacity=50, seed=1))
+    first, second = sum(t < 10 for t in times), sum(t >= 10 for t in times)
+    assert 400 < first < 600
+    assert 800 < second < 1200
+    assert standard().compressed(10).seconds == pytest.approx(180)
+
+
+def test_recovery_is_the_end_of_the_last_bin_over_the_slo() -> None:
+    trace = Trace((Segment("step", 10, 1, 1),))
+    late = [{"sched": t / 10, "outcome": "ok", "ttft": 1.0 if t < 35 else 0.1}
+            for t in range(100)]  # fmt: skip
+    assert recovery(late, trace, slo=0.5, width=1.0) == 4.0
+    never = [{"sched": t / 10, "outcome": "timeout", "ttft": None} for t in range(100)]
+    assert recovery(never, trace, slo=0.5, width=1.0) is None
+    assert math.isinf(ttft_p95_bins(never, 0, 10, 5)[0][1] or 0)
+    assert replica_seconds([(-5, 5), (2, 20)], 0, 10) == 13
+
+
+def bench_report(floor: float = 0.1) -> dict[str, object]:
+    level = {"level": {"concurrency": 32}}
+    return {
+        "config": {"slo_ttft_seconds": 2.0},
+        "levels": [{"level": {"concurrency": 1}, "ttft_seconds": {"p95": floor}}, level],
+        "capacity": {"level": {"concurrency": 32}, "request_throughput": 6.4,
+                     "mean_e2e_from_send_seconds": 5.0, "mean_service_seconds": 4.8},
+    }  # fmt: skip
+
+
+def test_budgets_follow_littles_law_and_the_drain_rate() -> None:
+    b = derive(bench_report(), slots=32)
+    assert b.drain_rps == pytest.approx(32 / 4.8)
+    assert b.queue_waiting == math.floor(32 / 4.8 * (2.0 - 0.1) / 2)  # 6
+    assert b.in_system == 24  # 0.75 x min(32, 6.4 x 5.0)
+    assert b.ttft_p95_seconds == 2.0
+    assert b.saturation == 0.75
+    obj = scaled_object(b, name="vllm", target="vllm")
+    thresholds = {t["name"]: t["metadata"]["threshold"] for t in obj["spec"]["triggers"]}
+    assert thresholds == {"queue-waiting": "6", "ttft-p95": "2", "in-system": "24"}
+
+
+def test_budgets_refuse_a_floor_above_the_slo() -> None:
+    with pytest.raises(ValueError, match="not below the SLO"):
+        derive(bench_report(floor=2.5), slots=32)
+
+
+async def test_utilization_reads_near_full_with_one_stream_and_zero_when_idle() -> None:
+    engine = Engine(SimConfig(decode_step_seconds=0.005, default_max_tokens=400))
+    task = asyncio.create_task(engine.run())
+    try:
+        assert engine.utilization() == 0.0
+        engine.submit(8, 400)
+        await asyncio.sleep(1.1)
+        assert engine.utilization() > 0.9
+    finally:
+        task.cancel()
