@@ -380,7 +380,8 @@ def test_keda_saturation_option_is_a_valid_trigger_on_a_recording_rule() -> None
     block = text.split("# option: saturation\n", 1)[1]
     lines = [line.replace("# ", "", 1) for line in block.splitlines() if line.strip()]
     [trigger] = yaml.safe_load("\n".join(lines))
-    assert trigger["name"] == "saturation" and trigger["metricType"] == "Value"
+    assert trigger["name"] == "saturation"
+    assert trigger["metricType"] == "Value"
     meta = trigger["metadata"]
     assert recorded_names(meta["query"]) == {"llmprober:saturation:avg"}
     assert "llmprober:saturation:avg" in set(recording_rules())
@@ -460,3 +461,72 @@ def test_manifest_documents_parse() -> None:
     for path in k8s_manifest_files():
         for doc in load_yaml_docs(path):
             assert {"apiVersion", "kind", "metadata"} <= set(doc), path
+
+
+def commented_option(name: str) -> list[dict[str, Any]]:
+    """The triggers of the ScaledObject's commented `# option: NAME` block, uncommented."""
+    text = (ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml").read_text()
+    block = text.split(f"# option: {name}\n", 1)[1].split("# end option\n", 1)[0]
+    lines = [line.replace("# ", "", 1) for line in block.splitlines() if line.strip()]
+    triggers: list[dict[str, Any]] = yaml.safe_load("\n".join(lines))
+    return triggers
+
+
+def test_keda_keep_alive_option_wakes_a_scaled_to_zero_deployment() -> None:
+    """Uncommented with minReplicaCount 0, the keep-alive trigger is a valid ScaledObject
+    whose activation reads traffic in front of the engines, not a prober series (with no
+    replica there is none)."""
+    [trigger] = commented_option("keep-alive")
+    meta = trigger["metadata"]
+    assert not recorded_names(meta["query"])
+    assert "llmprober" not in meta["query"]
+    assert meta["query"].endswith("or vector(0)")
+    assert meta["activationThreshold"] == "0"
+    assert trigger["metricType"] == "AverageValue"
+    assert float(meta["threshold"]) == 1  # one replica, never more
+    [(_, scaled)] = objects_of("ScaledObject")
+    to_zero = copy.deepcopy(scaled)
+    to_zero["spec"]["minReplicaCount"] = 0
+    to_zero["spec"]["triggers"].append(trigger)
+    validator = crd_validator(to_zero["apiVersion"], to_zero["kind"])
+    assert not [e.message for e in validator.iter_errors(to_zero)]
+
+
+def emitted_objects(tmp_path: Path) -> tuple[Path, Path]:
+    """`llm-prober bench --emit-keda/--emit-hpa` from a measured report (the emitter's path)."""
+    from prober.bench.cli import _emit
+
+    report = {
+        "config": {"slo_ttft_seconds": 2.0},
+        "levels": [
+            {"level": {"concurrency": 1}, "ttft_seconds": {"p95": 0.1}},
+            {"level": {"concurrency": 32}, "ttft_seconds": {"p95": 0.9}},
+        ],
+        "capacity": {"level": {"concurrency": 32}, "request_throughput": 6.4,
+                     "mean_e2e_from_send_seconds": 5.0, "mean_service_seconds": 4.8},
+    }  # fmt: skip
+    keda, hpa = tmp_path / "keda.yaml", tmp_path / "hpa.yaml"
+    args = type("Args", (), {"emit_keda": keda, "emit_hpa": hpa, "slots": 32,
+                             "scale_name": "vllm"})()  # fmt: skip
+    assert _emit(args, report) == 0  # type: ignore[arg-type]
+    return keda, hpa
+
+
+def test_emitted_autoscaling_objects_are_valid(kubernetes_validate: Path, tmp_path: Path) -> None:
+    keda, hpa = emitted_objects(tmp_path)
+    code, output = validate(kubernetes_validate, OLDEST_K8S, [hpa])
+    assert code == 0, output
+    assert " passed " in output, output
+    scaled = load_yaml(keda)
+    validator = crd_validator(scaled["apiVersion"], scaled["kind"])
+    assert not [e.message for e in validator.iter_errors(scaled)]
+    # the shipped object's trigger names and queries, with the derived thresholds
+    [(_, shipped)] = objects_of("ScaledObject")
+    ours = {t["name"]: t for t in scaled["spec"]["triggers"]}
+    assert set(ours) == set(keda_triggers())
+    for name, trigger in keda_triggers().items():
+        assert ours[name]["metadata"]["query"] == trigger["metadata"]["query"]
+        assert ours[name]["metricType"] == trigger["metricType"]
+    behavior = shipped["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == behavior
+    assert load_yaml(hpa)["spec"]["behavior"] == behavior
