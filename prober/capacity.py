@@ -63,12 +63,16 @@ class TargetCapacity:
         for wait in self.estimator.observe_pair(primary, companion):
             self._queue_wait(wait)
 
-    def companion_delay(self, fraction: float) -> float | None:
-        """When to send a companion after a probe's first token: `fraction` of its expected
-        decode. None until a probe has decoded (or when the estimate does not use probes)."""
+    def companion_delay(self, fraction: float, draw: float) -> float | None:
+        """When to send a companion after a probe's first token (`fraction` of its expected
+        decode), or None for no companion: pairs go with every probe until the decode
+        slowdown is learned, then with the target's `pair_share` (`draw` is uniform 0..1)."""
         foreign = self.estimator.foreign
         decode = None if foreign is None else foreign.typical_decode()
-        return None if decode is None else fraction * decode
+        if foreign is None or decode is None:
+            return None
+        wanted = foreign.decode.learning or draw < self.target.config.pair_share
+        return fraction * decode if wanted else None
 
     def _queue_wait(self, wait: float | None) -> None:
         if wait is not None:

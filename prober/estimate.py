@@ -187,14 +187,21 @@ class QueueEstimator:
         per_event = _tokens_per_event(primary)
         before, after = _split_at_companion(primary, companion)
         gap_before = median_gap(before, per_event)
-        foreign.observe(self._sample(primary, *waits[0], gap_before))
+        beside = median_gap(after, per_event)
+        stretches = tuple(
+            (gap, own) for gap, own in ((gap_before, 0), (beside, 1)) if gap is not None
+        )
+        foreign.observe(self._sample(primary, *waits[0], gap_before, stretches=stretches))
         # The jump is read from the gaps right before and right after the join: the other
         # sequences change less in a few steps than over the whole decode.
         near_before = median_gap(before[-_PAIR_GAPS - 1 :], per_event)
         if waits[1] is not None and _decoded(companion):
             comp_wait, comp_prefill = waits[1]
             # Judged queued by the first probe's gap: the same engine, at the same moment.
-            sample = self._sample(companion, comp_wait, comp_prefill, None, gap_before)
+            sample = self._sample(
+                companion, comp_wait, comp_prefill, None, step=gap_before,
+                stretches=_companion_stretches(primary, companion),
+            )  # fmt: skip
             foreign.observe(sample)
             gap_after = median_gap(after[: _PAIR_GAPS + 1], per_event)
             free_slot = comp_wait <= queue_threshold(gap_before)
@@ -228,14 +235,14 @@ class QueueEstimator:
         return wait, prefill
 
     def _sample(
-        self, result: RequestResult, wait: float, prefill: float, gap: float | None,
-        step: float | None = None,
+        self, result: RequestResult, wait: float, prefill: float, gap: float | None, *,
+        step: float | None = None, stretches: tuple[tuple[float, int], ...] = (),
     ) -> ProbeSample:  # fmt: skip
         """`step`: the decode gap that tells a queue from a free slot, the probe's own if unset."""
         assert result.t_first_token_ns is not None
         decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
         queued = wait > queue_threshold(gap if step is None else step)
-        return ProbeSample(self._clock(), wait, prefill, decode, gap, queued)
+        return ProbeSample(self._clock(), wait, prefill, decode, gap, queued, stretches)
 
     def _forget_before(self, cutoff: float) -> None:
         # Also on every observation: a daemon nobody scrapes must not grow without bound.
@@ -275,6 +282,18 @@ def _decoded(result: RequestResult) -> bool:
 
 def _tokens_per_event(result: RequestResult) -> float:
     return max(1.0, result.output_tokens / max(len(result.token_event_ns), 1))
+
+
+def _companion_stretches(
+    primary: RequestResult, companion: RequestResult
+) -> tuple[tuple[float, int], ...]:
+    """The companion's decode beside the first probe (one own sequence) and after it (none)."""
+    end = primary.t_end_ns
+    per_event = _tokens_per_event(companion)
+    stamps = companion.token_event_ns
+    beside = median_gap([t for t in stamps if t <= end], per_event)
+    alone = median_gap([t for t in stamps if t > end], per_event)
+    return tuple((gap, own) for gap, own in ((beside, 1), (alone, 0)) if gap is not None)
 
 
 def _split_at_companion(

@@ -34,10 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-_RECENT_SECONDS = 5.0  # probes a second apart: about the truth's own 5 s smoothing
+_RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
+# Below saturation one probe sees a batch that comes and goes within its decode: the running
+# figure averages the probes of a longer window.
+_RUNNING_SECONDS = 10.0
 _STALE_SECONDS = 300.0  # past this, an old probe says nothing about now
 _MIN_PAIRS = 5
 _MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
+_MIN_FULL = 3  # probes seen decoding at full batch before the slots are learned
+_MAX_SLOTS = 4096
 
 
 class Basis(StrEnum):
@@ -68,6 +73,9 @@ class ProbeSample:
     decode: float  # first token to end
     gap: float | None  # median per-token gap while it decoded without a companion
     queued: bool  # it waited for a slot: it then decoded at full batch
+    # (median gap, own sequences beside it) of each stretch of its decode: before its
+    # companion joined (0), and while the companion decoded beside it (1).
+    stretches: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +137,16 @@ class DecodeModel:
             return self._pair_beta()
         return (full - alpha) / (slots - 1)
 
+    @property
+    def learning(self) -> bool:
+        """Too few pairs yet to tell the slowdown of one more sequence."""
+        return len(self._jumps) < _MIN_PAIRS
+
     def learned_slots(self) -> int | None:
         alpha, full, beta = self.alpha, self.gap_full, self._pair_beta()
-        if alpha is None or full is None or beta is None:
+        if alpha is None or full is None or beta is None or len(self._full) < _MIN_FULL:
             return None
-        return max(1, round(1 + (full - alpha) / beta))
+        return min(_MAX_SLOTS, max(1, round(1 + (full - alpha) / beta)))
 
     def others(self, gap: float, slots: int | None) -> float | None:
         """Sequences that decoded beside a probe whose gap was `gap`."""
@@ -246,18 +259,17 @@ class ForeignEstimator:
         if slots is None:
             basis = Basis.NONE
         waiting = self._waiting(wait, slots)
-        running = self._running(recent, slots, own_holding)
-        if waiting is None or slots is None:
-            return ForeignEstimate(None, running, wait, None, Basis.NONE)
+        running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
+        if waiting is None or slots is None or running is None:
+            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
         if waiting > 0:
             # Every slot is busy while a queue lasts; a queue of less than one request was
             # there for part of the window only, so it counts in proportion.
-            below = slots if running is None else running
-            running = below + (slots - below) * min(1.0, waiting)
+            running += (slots - running) * min(1.0, waiting)
         return ForeignEstimate(waiting + own_waiting, running, wait, slots, basis)
 
-    def _recent(self, now: float) -> list[ProbeSample]:
-        samples = [s for s in self._samples if s.at >= now - _RECENT_SECONDS]
+    def _recent(self, now: float, seconds: float = _RECENT_SECONDS) -> list[ProbeSample]:
+        samples = [s for s in self._samples if s.at >= now - seconds]
         if samples:
             return samples
         latest = self._samples[-1] if self._samples else None
@@ -274,8 +286,13 @@ class ForeignEstimator:
         return max(0.0, mu * wait - 0.5)
 
     def _running(self, recent: list[ProbeSample], slots: int | None, own: float) -> float | None:
-        beside = (self.decode.others(s.gap, slots) for s in recent if s.gap is not None)
-        others = [o for o in beside if o is not None]
+        beside = (
+            (self.decode.others(gap, None), own)
+            for s in recent
+            for gap, own in (s.stretches or (((s.gap, 0),) if s.gap is not None else ()))
+        )
+        top = float("inf") if slots is None else slots - 1.0
+        others = [min(max(0.0, o - own), top) for o, own in beside if o is not None]
         if not others:
             return None
         running = statistics.fmean(others) + own

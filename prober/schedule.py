@@ -201,9 +201,9 @@ class ProbeScheduler:
             await self._warm_up(target, bound)
             t_sched_ns = time.perf_counter_ns()
         cap = self._capacity.get(name)
-        delay = None if cap is None else cap.companion_delay(_COMPANION_AT)
+        delay = None if cap is None else cap.companion_delay(_COMPANION_AT, self._rng.random())
         try:
-            if delay is not None and self._rng.random() < target.config.pair_share:
+            if delay is not None:
                 results = await self._pair(target, t_sched_ns, delay)
             else:
                 results = (await self._send(target, t_sched_ns),)

@@ -156,26 +156,31 @@ async def drain(base: str, timeout: float) -> None:
 async def run_levels(
     base: str, levels: list[Level], target: Mapping[str, Any], *, settle: float, seconds: float,
     load_args: tuple[str, ...] = (), sample_every: float = 0.5, truth_seconds: float = 5.0,
+    learn: float = 0.0,
 ) -> list[Score]:  # fmt: skip
-    """One daemon probing `base` (no metrics_url, no load) through every level in turn."""
+    """One daemon probing `base` (no metrics_url, no load) through every level in turn.
+
+    `learn`: seconds the first level settles longer, for a fresh daemon to learn the decode
+    slowdown from its first pairs of probes (a long-running daemon has long done so)."""
     config = {
         "server": {"listen": "127.0.0.1:0", "grace_seconds": 0.5},
         "targets": [{"name": "engine", "url": f"{base}/v1", "model": "m", **target}],
     }
     scores = []
     async with daemon(config) as (url, _), aiohttp.ClientSession() as session:
-        for level in levels:
+        for i, level in enumerate(levels):
+            wait_first = settle + (learn if i == 0 else 0.0)
             async with foreign_load(base, level, *load_args):
                 truth: deque[tuple[float, float, float]] = deque()
                 score = Score(level)
                 started = time.monotonic()
-                while (elapsed := time.monotonic() - started) < settle + seconds:
+                while (elapsed := time.monotonic() - started) < wait_first + seconds:
                     waiting, running = await _truth(session, base)
                     now = time.monotonic()
                     truth.append((now, waiting, running))
                     while truth[0][0] < now - truth_seconds:
                         truth.popleft()
-                    if elapsed >= settle:
+                    if elapsed >= wait_first:
                         _sample(score, truth, await scrape(url))
                     await asyncio.sleep(sample_every)
             scores.append(score)

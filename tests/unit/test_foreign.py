@@ -1,0 +1,204 @@
+"""The probes-alone queue estimate, with plain numbers and a fake clock (no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prober.estimate import QueueEstimator
+from prober.foreign import (
+    Basis,
+    DecodeModel,
+    ForeignEstimator,
+    ProbeSample,
+    ProbesInFlight,
+    Shape,
+    median_gap,
+)
+from prober.result import Outcome, RequestResult
+
+S = 1_000_000_000
+ALPHA, BETA = 0.020, 0.006  # gap(b) = α + β·(b − 1)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gap(batch: int) -> float:
+    return ALPHA + BETA * (batch - 1)
+
+
+def learned_model(full_batch: int = 4) -> DecodeModel:
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for others in range(5):
+        model.observe_pair(gap(1 + others % 3), gap(2 + others % 3))
+    for _ in range(3):
+        model.observe(gap(full_batch), full_batch=True)
+    return model
+
+
+def test_median_gap_is_per_token_and_needs_three_events() -> None:
+    stamps = [0, 20_000_000, 40_000_000, 100_000_000, 120_000_000]  # one prefill spike
+    assert median_gap(stamps, 1.0) == pytest.approx(0.020)
+    assert median_gap(stamps, 4.0) == pytest.approx(0.005)  # 4 tokens per event
+    assert median_gap(stamps[:2], 1.0) is None
+
+
+def test_decode_model_learns_alpha_beta_and_the_slots() -> None:
+    model = learned_model(full_batch=6)
+    assert model.alpha == pytest.approx(ALPHA)
+    assert model.beta(None) == pytest.approx(BETA)  # from the pairs' median jump
+    assert model.learned_slots() == 6  # 1 + (gap_full − α) / β
+    assert model.others(gap(3), None) == pytest.approx(2.0)
+    assert model.others(gap(9), 6) == pytest.approx(5.0)  # never more than the other slots
+
+
+def test_decode_model_prefers_the_secant_once_a_full_batch_is_seen() -> None:
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for _ in range(5):
+        model.observe_pair(0.010, 0.030)  # noisy pairs: a jump of 20 ms
+    model.observe(gap(4), full_batch=True)
+    assert model.beta(4) == pytest.approx(BETA)  # (gap_full − α) / (slots − 1)
+    assert model.beta(None) == pytest.approx(0.020)  # slots unknown: the pairs
+
+
+def test_slots_are_not_learned_from_too_little() -> None:
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    model.observe(gap(4), full_batch=True)
+    assert model.learning
+    assert model.learned_slots() is None
+    for _ in range(5):
+        model.observe_pair(gap(1), gap(2))
+    assert not model.learning
+    assert model.learned_slots() is None  # one full-batch probe is not enough
+    model.observe(gap(4), full_batch=True)
+    model.observe(gap(4), full_batch=True)
+    assert model.learned_slots() == 4
+
+
+def test_probe_occupancy_is_time_averaged_over_the_window() -> None:
+    clock = Clock()
+    probes = ProbesInFlight(clock)
+    start = clock.now
+    key = probes.begin()  # waits 1 s, prefills 0.2 s, decodes 2.8 s
+    clock.now = start + 1.2
+    probes.first_token(key)
+    clock.now = start + 4.0
+    probes.end(key)
+    clock.now = start + 5.0
+    waiting, holding = probes.occupancy(clock.now, 5.0, prefill=0.2)
+    assert waiting == pytest.approx(1.0 / 5)
+    assert holding == pytest.approx(3.0 / 5)
+    live = probes.begin()
+    clock.now += 1.0  # in flight 1 s without a token: waiting but for the prefill
+    assert probes.waited(clock.now) == [pytest.approx(1.0)]
+    waiting, holding = probes.occupancy(clock.now, 5.0, prefill=0.2)
+    assert waiting == pytest.approx(0.8 / 5)  # the first probe waited before the window
+    assert holding == pytest.approx((3.0 + 0.2) / 5)
+    probes.end(live)
+
+
+PROBE_SHAPE = Shape(40, 16)
+
+
+def _estimator(
+    clock: Clock, hint: int | None = 4, traffic: Shape = PROBE_SHAPE
+) -> ForeignEstimator:
+    return ForeignEstimator(PROBE_SHAPE, traffic, hint, ProbesInFlight(clock), clock)
+
+
+def _queued(clock: Clock, wait: float, decode: float = 0.75, prefill: float = 0.05) -> ProbeSample:
+    return ProbeSample(clock.now, wait, prefill, decode, gap(4), True)
+
+
+def test_waiting_is_drain_rate_times_wait_less_half_an_interval() -> None:
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    est.observe(_queued(clock, wait=2.0))  # service 0.8 s at full batch: μ = 4 / 0.8 = 5/s
+    figure = est.estimate(prefill_guess=0.05)
+    assert figure.basis is Basis.PROBES_HINT
+    assert figure.slots == 4
+    assert figure.waiting == pytest.approx(5.0 * 2.0 - 0.5)
+    assert figure.running == pytest.approx(4.0)  # a queue: every slot busy
+
+
+def test_traffic_of_another_shape_scales_the_service_time() -> None:
+    clock = Clock()
+    est = _estimator(clock, traffic=Shape(80, 31))  # twice the prompt, twice the decode
+    est.decode = learned_model()
+    est.observe(_queued(clock, wait=2.0))  # their service: 0.1 + 1.5 = 1.6 s, μ = 2.5/s
+    assert est.estimate(0.05).waiting == pytest.approx(2.5 * 2.0 - 0.5)
+
+
+def test_below_saturation_running_comes_from_the_decode_slowdown() -> None:
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    for batch in (2, 3, 4):  # the probe decoded beside 1, 2 and 3 others
+        est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, gap(batch), False))
+    figure = est.estimate(0.05)
+    assert figure.waiting == 0.0
+    assert figure.running == pytest.approx(2.0)
+
+
+def test_a_probe_stuck_in_the_queue_shows_before_it_returns() -> None:
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    est.observe(_queued(clock, wait=0.5))
+    key = est.probes.begin()
+    clock.now += 3.05  # no first token yet after 3 s
+    assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 3.0 - 0.5 + 3.0 / 5)
+    est.probes.end(key)
+
+
+def test_no_figure_without_slots_or_data() -> None:
+    clock = Clock()
+    est = _estimator(clock, hint=None)
+    assert est.estimate(0.05).basis is Basis.NONE
+    est.observe(_queued(clock, wait=2.0))
+    figure = est.estimate(0.05)
+    assert figure.basis is Basis.NONE
+    assert figure.waiting is None
+    est.decode = learned_model(full_batch=4)
+    figure = est.estimate(0.05)
+    assert figure.basis is Basis.PROBES_LEARNED
+    assert figure.slots == 4
+    clock.now += 600  # old probes say nothing about now
+    assert est.estimate(0.05).basis is Basis.NONE
+
+
+def _result(send: float, first: float, end: float, gaps: list[float]) -> RequestResult:
+    stamps = [int(first * S)]
+    for g in gaps:
+        stamps.append(stamps[-1] + int(g * S))
+    return RequestResult(
+        Outcome.OK, int(send * S), int(send * S), int(end * S),
+        t_first_token_ns=int(first * S), t_first_content_ns=int(first * S),
+        t_last_token_ns=stamps[-1], token_event_ns=tuple(stamps), prompt_tokens=40,
+        output_tokens=len(stamps), server_prefill_seconds=0.05,
+    )  # fmt: skip
+
+
+def test_a_pair_gives_the_jump_of_one_more_sequence() -> None:
+    clock = Clock()
+    foreign = _estimator(clock)
+    estimator = QueueEstimator(clock=clock, slots_hint=4, foreign=foreign)
+    # The first probe decodes beside one other sequence; its companion, sent at 0.2 s into
+    # that decode, joins at 0.3 s; the first probe's gaps then grow by β.
+    before = [gap(2)] * 8
+    after = [gap(3)] * 10
+    primary = _result(0.0, 0.05, 0.05 + sum(before) + 0.05 + sum(after), [*before, 0.05, *after])
+    c_send = 0.05 + sum(before) + 0.001
+    companion = _result(c_send, c_send + 0.05, c_send + 0.05 + 12 * gap(3), [gap(3)] * 12)
+    waits = estimator.observe_pair(primary, companion)
+    assert waits[0] == pytest.approx(0.0, abs=1e-9)
+    assert foreign.decode._jumps == pytest.approx([BETA])
