@@ -94,6 +94,8 @@ async def _control(setup: Setup, policy: Policy, fleet: Fleet, prom: prometheus.
                    t0: float) -> list[dict[str, Any]]:  # fmt: skip
     hpa = Hpa(policy.behavior, policy.min_replicas, policy.max_replicas)
     spec = len(fleet.live)
+    # A deployment already running at `spec`: a fresh HPA would scale it in at once.
+    hpa.seed(0.0, spec)
     samples: list[dict[str, Any]] = []
     deadline = t0 + setup.trace.seconds + _OVERRUN_SECONDS
     tick = 0

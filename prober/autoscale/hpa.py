@@ -92,6 +92,10 @@ class Hpa:
     _up_events: list[_Event] = field(default_factory=list)
     _down_events: list[_Event] = field(default_factory=list)
 
+    def seed(self, now: float, replicas: int) -> None:
+        """Remember a recommendation, as an HPA that has been running at `replicas` would."""
+        self._recommendations.append((now, replicas))
+
     def decide(self, now: float, current: int, desired: int) -> int:
         """The new spec replica count from the metrics' largest `desired` (horizontal.go)."""
         stabilised = self._stabilise(now, current, desired)

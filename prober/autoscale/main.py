@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,17 @@ async def experiment(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+async def _stoppable(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The experiment, cancelled by SIGTERM or SIGINT so that every process it started stops
+    (a background job ignores SIGINT, and the default SIGTERM would skip the `finally`s)."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    return await experiment(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not args.prometheus_bin.exists():
@@ -134,6 +146,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = asyncio.run(experiment(args))
+    rows = asyncio.run(_stoppable(args))
     print(report.table(rows), end="")
     return 0
