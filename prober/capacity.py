@@ -123,12 +123,13 @@ class TargetCapacity:
 
 
 def saturation(waiting: float | None, running: float | None, slots: int | None) -> float | None:
-    """Busy slots ÷ slots below the knee, 1 + waiting ÷ slots above it: continuous at 1."""
+    """Busy slots ÷ slots below the knee, 1 + waiting ÷ slots above it: continuous at 1.
+
+    One formula for both sides, (busy + waiting) ÷ slots, so a request that waits a moment
+    for the next engine step below the knee adds its share instead of a jump past 1."""
     if slots is None or slots < 1 or running is None:
         return None
-    if waiting:
-        return 1.0 + waiting / slots
-    return min(running, slots) / slots
+    return (min(running, slots) + (waiting or 0.0)) / slots
 
 
 class CapacityCollector(Collector):

@@ -14,9 +14,10 @@ depth from probes alone"):
   exists while every slot is busy, and then the engine admits requests at `μ = slots / T`,
   T the service time of a request of the traffic's shape.
 
-Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and,
-on average, half an interval between departures (evenly spread ones): `W ≈ (L + ½) / μ`, hence
-`L ≈ μ·W − ½`. `W` is the mean over the last few seconds of probes, or the wait a probe still
+Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
+the residual time to the first departure, on average one interval when the slots finish
+independently (their merged departures are close to a Poisson stream): `W ≈ (L + 1) / μ`,
+hence `L ≈ μ·W − 1`. `W` is the mean over the last few seconds of probes, or the wait a probe still
 without its first token has already served, whichever is longer, so a queue shows before the
 probe that is stuck in it comes back.
 Running: every slot while a queue exists; otherwise the other sequences a recent probe decoded
@@ -43,6 +44,11 @@ _MIN_PAIRS = 5
 _MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
 _MIN_FULL = 3  # probes seen decoding at full batch before the slots are learned
 _MAX_SLOTS = 4096
+# A probe is admitted at a departure. From a random instant the next departure is, on
+# average, (1 + cv²) / 2 intervals away, cv the variation of the intervals between
+# departures; slots that finish independently of each other merge into a stream close to a
+# Poisson one (cv ≈ 1): one interval.
+_RESIDUAL_DEPARTURES = 1.0
 
 
 class Basis(StrEnum):
@@ -276,14 +282,14 @@ class ForeignEstimator:
         return [latest] if latest is not None and latest.at >= now - _STALE_SECONDS else []
 
     def _waiting(self, wait: float, slots: int | None) -> float | None:
-        """Foreign requests waiting, `μ·W − ½`; 0 without a queue, None when μ is unknown."""
+        """Foreign requests waiting, `μ·W − 1`; 0 without a queue, None when μ is unknown."""
         full = self.decode.gap_full
         if wait <= queue_threshold(full):
             return 0.0
         if slots is None or not self._full_service:
             return None
         mu = slots / statistics.median(self._full_service)
-        return max(0.0, mu * wait - 0.5)
+        return max(0.0, mu * wait - _RESIDUAL_DEPARTURES)
 
     def _running(self, recent: list[ProbeSample], slots: int | None, own: float) -> float | None:
         beside = (

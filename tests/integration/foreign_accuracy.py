@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from tests.integration.daemon import daemon, scrape, value
+from tests.integration.daemon import daemon, free_port, scrape, value
+from tests.integration.engine import _healthy
 
 # The engine's own names for its queue (llama-server; the simulator speaks vLLM's).
 _WAITING = ("llamacpp:requests_deferred", "vllm:num_requests_waiting")
@@ -113,6 +115,38 @@ def engine_counts(text: str) -> tuple[float, float]:
 async def _truth(session: aiohttp.ClientSession, base: str) -> tuple[float, float]:
     async with session.get(f"{base}/metrics") as resp:
         return engine_counts(await resp.text())
+
+
+@contextmanager
+def sim_process(*flags: str) -> Iterator[str]:
+    """`llm-prober sim` in a process of its own (the engine must not share the daemon's
+    event loop); yields its base URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "prober.cli", "sim", "--port", str(port), *flags]
+    proc = subprocess.Popen(cmd, cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not _healthy(base):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"simulator did not start: {cmd}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def check(scores: list[Score], slots: int) -> list[str]:
+    """The issue's bounds: waiting MAE ≤ max(1, 25 % of the mean true depth), running MAE ≤
+    max(1, 25 % of the slots), at every level; one line per miss."""
+    misses = []
+    for s in scores:
+        if s.waiting_mae > max(1.0, 0.25 * s.true_waiting):
+            misses.append(f"{s.level.name}: waiting MAE {s.waiting_mae:.2f}")
+        if s.running_mae > max(1.0, 0.25 * slots):
+            misses.append(f"{s.level.name}: running MAE {s.running_mae:.2f}")
+    return misses
 
 
 @asynccontextmanager

@@ -29,6 +29,7 @@ class Level:
     estimate_mean: float
     mae: float
     samples: int
+    slots: float = 0.0  # the slots the estimate used at the level's end (llmprober_engine_slots)
 
     @property
     def bound(self) -> float:
@@ -111,13 +112,14 @@ async def run_levels(
                 )
                 pairs.append((true_waiting, estimate))
                 await asyncio.sleep(sample_every)
+            slots = value(samples, "llmprober_engine_slots")
             await driver.set_rate(0)
             await _drain(metrics_url, timeout=300)
-            levels.append(_level(rate, pairs))
+            levels.append(_level(rate, pairs, slots))
     return levels
 
 
-def _level(rate: float, pairs: list[tuple[float, float]]) -> Level:
+def _level(rate: float, pairs: list[tuple[float, float]], slots: float) -> Level:
     n = len(pairs)
     return Level(
         rate=rate,
@@ -125,6 +127,7 @@ def _level(rate: float, pairs: list[tuple[float, float]]) -> Level:
         estimate_mean=sum(e for _, e in pairs) / n,
         mae=sum(abs(t - e) for t, e in pairs) / n,
         samples=n,
+        slots=slots,
     )
 
 
@@ -132,11 +135,12 @@ def table(capacity: float, levels: list[Level]) -> str:
     lines = [
         f"capacity {capacity:.3f} req/s",
         f"{'rate':>7} {'x cap':>6} {'true mean':>10} {'est mean':>9} {'MAE':>6} "
-        f"{'bound':>6} {'n':>4}",
+        f"{'bound':>6} {'n':>4} {'slots':>5}",
     ]
     for lv in levels:
         lines.append(
             f"{lv.rate:7.3f} {lv.rate / capacity:6.2f} {lv.true_mean:10.2f} "
-            f"{lv.estimate_mean:9.2f} {lv.mae:6.2f} {lv.bound:6.2f} {lv.samples:4d}"
+            f"{lv.estimate_mean:9.2f} {lv.mae:6.2f} {lv.bound:6.2f} {lv.samples:4d} "
+            f"{lv.slots:5.0f}"
         )
     return "\n".join(lines)

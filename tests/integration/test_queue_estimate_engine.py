@@ -34,3 +34,5 @@ async def test_waiting_estimate_tracks_llama_server(engine: str) -> None:
     print("\n" + table(capacity, levels), flush=True)
     for level in levels:
         assert level.mae <= level.bound, table(capacity, levels)
+    # Learned from the peak overlap of the load's own requests: the engine's -np / slots.
+    assert levels[-1].slots == 4, table(capacity, levels)

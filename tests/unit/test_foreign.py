@@ -118,7 +118,7 @@ def _queued(clock: Clock, wait: float, decode: float = 0.75, prefill: float = 0.
     return ProbeSample(clock.now, wait, prefill, decode, gap(4), True)
 
 
-def test_waiting_is_drain_rate_times_wait_less_half_an_interval() -> None:
+def test_waiting_is_drain_rate_times_wait_less_one_interval() -> None:
     clock = Clock()
     est = _estimator(clock)
     est.decode = learned_model()
@@ -126,7 +126,7 @@ def test_waiting_is_drain_rate_times_wait_less_half_an_interval() -> None:
     figure = est.estimate(prefill_guess=0.05)
     assert figure.basis is Basis.PROBES_HINT
     assert figure.slots == 4
-    assert figure.waiting == pytest.approx(5.0 * 2.0 - 0.5)
+    assert figure.waiting == pytest.approx(5.0 * 2.0 - 1.0)
     assert figure.running == pytest.approx(4.0)  # a queue: every slot busy
 
 
@@ -135,7 +135,7 @@ def test_traffic_of_another_shape_scales_the_service_time() -> None:
     est = _estimator(clock, traffic=Shape(80, 31))  # twice the prompt, twice the decode
     est.decode = learned_model()
     est.observe(_queued(clock, wait=2.0))  # their service: 0.1 + 1.5 = 1.6 s, μ = 2.5/s
-    assert est.estimate(0.05).waiting == pytest.approx(2.5 * 2.0 - 0.5)
+    assert est.estimate(0.05).waiting == pytest.approx(2.5 * 2.0 - 1.0)
 
 
 def test_below_saturation_running_comes_from_the_decode_slowdown() -> None:
@@ -156,7 +156,7 @@ def test_a_probe_stuck_in_the_queue_shows_before_it_returns() -> None:
     est.observe(_queued(clock, wait=0.5))
     key = est.probes.begin()
     clock.now += 3.05  # no first token yet after 3 s
-    assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 3.0 - 0.5 + 3.0 / 5)
+    assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 3.0 - 1.0 + 3.0 / 5)
     est.probes.end(key)
 
 

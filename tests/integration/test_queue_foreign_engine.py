@@ -1,0 +1,42 @@
+"""Queue depth from probes alone against a real llama-server (`-np 4 --metrics`).
+
+The engine serves another process (`foreign_load`); the daemon only probes, with no
+`metrics_url`; the test reads `llamacpp:requests_deferred` / `requests_processing` itself.
+Levels and bounds as in test_queue_foreign_sim: Poisson at half the capacity, closed loops of
+2× and 5× the slots; waiting MAE ≤ max(1, 25 % of the mean true depth), running MAE ≤
+max(1, 25 % of the slots), against the truth averaged over the trailing 5 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.engine import llama_server_fixture
+from tests.integration.foreign_accuracy import Level, check, measure_capacity, run_levels, table
+
+pytestmark = pytest.mark.engine
+SLOTS = 4
+engine = llama_server_fixture(SLOTS)
+ANSWER = ("--max-tokens", "24")  # the traffic's answers: 12..36 tokens, mean 24
+PROBE = {
+    "interval_seconds": 1.0, "jitter_seconds": 0.2, "warmup": 1, "slots": SLOTS,
+    # Shaped like the traffic (about 40 prompt tokens, 24 answer tokens): the default
+    # assumption, so the service time needs no scaling.
+    "prompt_tokens": 40, "max_tokens": 24, "extra_body": {"ignore_eos": True},
+    "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
+}  # fmt: skip
+
+
+async def test_probes_alone_track_llama_servers_queue(engine: str) -> None:
+    capacity = await measure_capacity(engine, 2 * SLOTS, 20, *ANSWER)
+    levels = [
+        Level("poisson0.5", "poisson", rate=0.5 * capacity),
+        Level("closed2x", "closed", workers=2 * SLOTS),
+        Level("closed5x", "closed", workers=5 * SLOTS),
+    ]
+    scores = await run_levels(
+        engine, levels, PROBE, settle=15, seconds=30, learn=20, load_args=ANSWER
+    )
+    report = table(scores, f"llama-server -np {SLOTS}, capacity {capacity:.2f}/s")
+    print("\n" + report, flush=True)
+    assert not check(scores, SLOTS), report

@@ -1,0 +1,53 @@
+"""Queue depth from probes alone, against the simulator's exact counts (the production case).
+
+Another process (`foreign_load`) sends the traffic; the daemon only probes and is given no
+`metrics_url`; the truth is read from the simulator's `/metrics` by the test. Three levels:
+Poisson at half the capacity, closed loops of 2× and 5× the slots. Bounds (binding, from the
+issue): waiting MAE ≤ max(1, 25 % of the mean true depth), running MAE ≤ max(1, 25 % of the
+slots), against the truth averaged over the trailing 5 s. Once with the operator's `slots:`
+hint and once without, where the slots must be learned (and be right).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.foreign_accuracy import (
+    Level,
+    check,
+    measure_capacity,
+    run_levels,
+    sim_process,
+    table,
+)
+
+SLOTS = 4
+# A decode step that grows 30 % per extra sequence: slow enough to read from the gaps.
+ENGINE = ("--slots", str(SLOTS), "--decode-step", "0.02", "--decode-slowdown", "0.3")
+PROBE = {
+    "interval_seconds": 1.0, "jitter_seconds": 0.2, "warmup": 1,
+    # Probes twice as long as the traffic's answers, so a pair spans several decode steps;
+    # `traffic` tells the estimate the shape of the other clients' requests.
+    "prompt_tokens": 48, "max_tokens": 32, "traffic": {"prompt_tokens": 40, "output_tokens": 16},
+    "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("hint", [SLOTS, None], ids=["slots-hint", "slots-learned"])
+async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None:
+    with sim_process(*ENGINE) as base:
+        capacity = await measure_capacity(base, 2 * SLOTS, 12)
+        levels = [
+            Level("poisson0.5", "poisson", rate=0.5 * capacity),
+            Level("closed2x", "closed", workers=2 * SLOTS),
+            Level("closed5x", "closed", workers=5 * SLOTS),
+        ]
+        target = PROBE | ({"slots": hint} if hint else {})
+        scores = await run_levels(base, levels, target, settle=10, seconds=20, learn=20)
+    report = table(scores, f"simulator, capacity {capacity:.2f}/s, slots hint {hint}")
+    print("\n" + report)
+    assert not check(scores, SLOTS), report
+    expected = "probes_hint" if hint else "probes_learned"
+    for score in scores[1:]:  # the queued levels: the slots are known, hinted or learned
+        assert score.bases.most_common(1)[0][0] == expected, report
+        assert score.slots.most_common(1)[0][0] == SLOTS, report
