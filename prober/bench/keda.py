@@ -99,10 +99,12 @@ def _trigger(name: str, kind: str, query: str, threshold: float, server: str) ->
 
 
 def behavior() -> dict[str, Any]:
-    """The shipped behaviour: up 2 pods / 2 min at once; down 1 pod / 5 min after 10 min."""
+    """The shipped behaviour: up at once by 2 pods or 100 %, whichever is more, per 2 min (a
+    start-up: more can't be judged before the new pods serve); down 1 pod / 5 min after 10."""
     return {
-        "scaleUp": {"stabilizationWindowSeconds": 0,
-                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 120}]},
+        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 120},
+                                 {"type": "Percent", "value": 100, "periodSeconds": 120}]},
         "scaleDown": {"stabilizationWindowSeconds": 600,
                       "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}]},
     }  # fmt: skip
