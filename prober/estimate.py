@@ -47,8 +47,10 @@ class Estimate:
 class OwnLoad:
     """Live counts the load driver keeps for its in-flight requests.
 
-    `slots` is a lower bound on the engine's parallel slots: the most of our requests seen
-    decoding at once, raised further by the estimator's `SlotOccupancy`.
+    `slots` is the engine's parallel slots as the estimator's `SlotOccupancy` learns them
+    from finished requests (not from requests in flight: one whose stream has not ended may
+    already have handed its slot to the next, and counting it read 5 slots on a 4-slot
+    llama-server under load).
     """
 
     __slots__ = ("awaiting_first_token", "slots", "total")
@@ -64,7 +66,6 @@ class OwnLoad:
 
     def first_token(self) -> None:
         self.awaiting_first_token -= 1
-        self.slots = max(self.slots, self.total - self.awaiting_first_token)
 
     def finished(self, *, had_first_token: bool) -> None:
         self.total -= 1
@@ -229,7 +230,10 @@ class QueueEstimator:
             self._sums[1] += decode
             self._forget_before(now - self._window)
             slot_start = result.t_first_token_ns / 1e9 - prefill
-            peak = self._occupancy.add(slot_start, result.t_end_ns / 1e9)
+            # A slot is free once the last token is out: the end of the stream (usage,
+            # [DONE]) can reach the client after the next request already has that slot.
+            assert result.t_last_token_ns is not None
+            peak = self._occupancy.add(slot_start, result.t_last_token_ns / 1e9)
             if self.own_load is not None:
                 self.own_load.slots = max(self.own_load.slots, peak)
         return wait, prefill

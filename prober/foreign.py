@@ -1,15 +1,14 @@
 """Queue depth from probes alone: the engine serves other clients and reports nothing.
 
-What each probe yields (`ProbeSample`), and how the figures follow (docs/design.md, "Queue
-depth from probes alone"):
+What each probe yields (`ProbeSample`), and how the figures follow (README, "Queue depth"):
 
 - its queue wait `W = (t_first_token − t_send) − prefill`, with the server's own prefill where
   it reports one, else the lower-envelope baseline;
 - its decode gap: the median gap between its tokens, which grows with the batch it decodes in,
-  `gap(b) ≈ α + β·(b − 1)` (the model llm-d's variant autoscaler uses). α is the lower envelope
-  of the probes' gaps (a probe decoding alone); β is the jump in a probe's gaps when its
-  companion probe joins its batch (`observe_pair`), or, with the slot count known, the secant
-  from α to the gap of probes that decoded at full batch;
+  `gap(b) ≈ α + β·(b − 1)` (the model llm-d's variant autoscaler uses). α is the lowest gap of
+  any probe (a probe decoding alone); β is the jump in a probe's gaps when its companion probe
+  joins its batch (`observe_pair`), or, with the slot count known, the secant from α to the gap
+  of probes that decoded at full batch;
 - its service time (prefill + decode), which at full batch gives the drain rate: a queue only
   exists while every slot is busy, and then the engine admits requests at `μ = slots / T`,
   T the service time of a request of the traffic's shape.
@@ -17,11 +16,12 @@ depth from probes alone"):
 Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
 the residual time to the first departure, on average one interval when the slots finish
 independently (their merged departures are close to a Poisson stream): `W ≈ (L + 1) / μ`,
-hence `L ≈ μ·W − 1`. `W` is the mean over the last few seconds of probes, or the wait a probe still
+hence `L ≈ μ·W − 1`. `W` is the mean of the last seconds' probes, or the wait a probe still
 without its first token has already served, whichever is longer, so a queue shows before the
 probe that is stuck in it comes back.
-Running: every slot while a queue exists; otherwise the other sequences a recent probe decoded
-beside, `(gap − α) / β`. The prober's own probes in flight are counted exactly on top.
+Running: every slot while a queue exists; otherwise the other sequences the recent probes
+decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too.
+The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from pairs.
 """
@@ -261,13 +261,11 @@ class ForeignEstimator:
         wait = max([statistics.fmean(s.wait for s in recent), *live])
         own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
         slots = self.slots
-        basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
-        if slots is None:
-            basis = Basis.NONE
-        waiting = self._waiting(wait, slots)
+        waiting = self._waiting(wait, slots, recent)
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         if waiting is None or slots is None or running is None:
             return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
+        basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
         if waiting > 0:
             # Every slot is busy while a queue lasts; a queue of less than one request was
             # there for part of the window only, so it counts in proportion.
@@ -281,27 +279,32 @@ class ForeignEstimator:
         latest = self._samples[-1] if self._samples else None
         return [latest] if latest is not None and latest.at >= now - _STALE_SECONDS else []
 
-    def _waiting(self, wait: float, slots: int | None) -> float | None:
+    def _waiting(self, wait: float, slots: int | None, recent: list[ProbeSample]) -> float | None:
         """Foreign requests waiting, `μ·W − 1`; 0 without a queue, None when μ is unknown."""
-        full = self.decode.gap_full
-        if wait <= queue_threshold(full):
+        gaps = [s.gap for s in recent if s.gap is not None]
+        step = self.decode.gap_full or (statistics.median(gaps) if gaps else None)
+        if wait <= queue_threshold(step):
             return 0.0
         if slots is None or not self._full_service:
             return None
         mu = slots / statistics.median(self._full_service)
         return max(0.0, mu * wait - _RESIDUAL_DEPARTURES)
 
-    def _running(self, recent: list[ProbeSample], slots: int | None, own: float) -> float | None:
-        beside = (
-            (self.decode.others(gap, None), own)
+    def _running(
+        self, recent: list[ProbeSample], slots: int | None, own_holding: float
+    ) -> float | None:
+        """Sequences beside the recent probes (less our companion), plus our probes now."""
+        stretches = (
+            stretch
             for s in recent
-            for gap, own in (s.stretches or (((s.gap, 0),) if s.gap is not None else ()))
+            for stretch in (s.stretches or (((s.gap, 0),) if s.gap is not None else ()))
         )
+        beside = ((self.decode.others(gap, None), companions) for gap, companions in stretches)
         top = float("inf") if slots is None else slots - 1.0
-        others = [min(max(0.0, o - own), top) for o, own in beside if o is not None]
+        others = [min(max(0.0, o - ours), top) for o, ours in beside if o is not None]
         if not others:
             return None
-        running = statistics.fmean(others) + own
+        running = statistics.fmean(others) + own_holding
         return running if slots is None else min(running, float(slots))
 
 
