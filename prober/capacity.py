@@ -17,7 +17,7 @@ import aiohttp
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from prober.estimate import OwnLoad, QueueEstimator
+from prober.estimate import Estimate, OwnLoad, QueueEstimator
 from prober.foreign import Basis, ForeignEstimator, ProbesInFlight, Shape
 from prober.logs import get_logger
 from prober.metrics import Metrics
@@ -138,6 +138,18 @@ class CapacityCollector(Collector):
 
     def __init__(self, capacities: Iterable[TargetCapacity]) -> None:
         self._capacities = list(capacities)
+        self._failed: set[str] = set()
+
+    def _estimate(self, cap: TargetCapacity) -> Estimate:
+        """The target's estimate; a fault in it costs that target its figures for this scrape,
+        never the whole of /metrics (logged once per target)."""
+        try:
+            return cap.estimator.estimate()
+        except Exception:
+            if cap.target.name not in self._failed:
+                self._failed.add(cap.target.name)
+                log.exception("queue_estimate_failed", target=cap.target.name)
+            return Estimate(None, None, None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
@@ -168,7 +180,7 @@ class CapacityCollector(Collector):
         )
         for cap in self._capacities:
             key = [cap.target.labels.target, cap.target.labels.model]
-            est = cap.estimator.estimate()
+            est = self._estimate(cap)
             for state, value in (("waiting", est.waiting), ("running", est.running)):
                 if value is not None:
                     depth.add_metric([*key, "estimate", state], value)

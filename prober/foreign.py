@@ -285,9 +285,10 @@ class ForeignEstimator:
         step = self.decode.gap_full or (statistics.median(gaps) if gaps else None)
         if wait <= queue_threshold(step):
             return 0.0
-        if slots is None or not self._full_service:
+        service = statistics.median(self._full_service) if self._full_service else 0.0
+        if slots is None or service <= 0:
             return None
-        mu = slots / statistics.median(self._full_service)
+        mu = slots / service
         return max(0.0, mu * wait - _RESIDUAL_DEPARTURES)
 
     def _running(

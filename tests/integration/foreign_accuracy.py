@@ -56,6 +56,7 @@ class Score:
     pairs: list[tuple[float, float, float, float]] = field(default_factory=list)
     bases: Counter[str] = field(default_factory=Counter)
     slots: Counter[int] = field(default_factory=Counter)
+    completed_per_second: float = 0.0  # the traffic's own completions over the level
 
     def _mean(self, i: int) -> float:
         return sum(p[i] for p in self.pairs) / len(self.pairs)
@@ -85,14 +86,15 @@ class Score:
         return (
             f"{self.level.name:>10} {self.true_waiting:8.2f} {self._mean(1):8.2f} "
             f"{self.waiting_mae:6.2f} {self.true_running:8.2f} {self._mean(3):8.2f} "
-            f"{self.running_mae:6.2f} {len(self.pairs):4d}  {basis}  slots {slots}"
+            f"{self.running_mae:6.2f} {len(self.pairs):4d} {self.completed_per_second:6.2f}  "
+            f"{basis}  slots {slots}"
         )
 
 
 def table(scores: list[Score], note: str = "") -> str:
     head = (
         f"{'level':>10} {'wait tru':>8} {'wait est':>8} {'MAE':>6} {'run tru':>8} "
-        f"{'run est':>8} {'MAE':>6} {'n':>4}  basis"
+        f"{'run est':>8} {'MAE':>6} {'n':>4} {'done/s':>6}  basis"
     )
     return "\n".join([note, head, *(s.row() for s in scores)])
 
@@ -204,7 +206,7 @@ async def run_levels(
     async with daemon(config) as (url, _), aiohttp.ClientSession() as session:
         for i, level in enumerate(levels):
             wait_first = settle + (learn if i == 0 else 0.0)
-            async with foreign_load(base, level, *load_args):
+            async with foreign_load(base, level, *load_args) as report:
                 truth: deque[tuple[float, float, float]] = deque()
                 score = Score(level)
                 started = time.monotonic()
@@ -217,6 +219,7 @@ async def run_levels(
                     if elapsed >= wait_first:
                         _sample(score, truth, await scrape(url))
                     await asyncio.sleep(sample_every)
+            score.completed_per_second = float(report[0]["rate"]) if report else 0.0
             scores.append(score)
             await drain(base, timeout=300)
     return scores

@@ -202,3 +202,29 @@ def test_a_pair_gives_the_jump_of_one_more_sequence() -> None:
     waits = estimator.observe_pair(primary, companion)
     assert waits[0] == pytest.approx(0.0, abs=1e-9)
     assert foreign.decode._jumps == pytest.approx([BETA])
+
+
+def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from prober.capacity import CapacityCollector, TargetCapacity
+    from prober.metrics import Metrics
+    from prober.settings import TargetConfig
+    from prober.targets import Target
+
+    registry = CollectorRegistry()
+    targets = [
+        Target.from_config(TargetConfig(name=n, url="http://127.0.0.1:1/v1", model="m", slots=4))
+        for n in ("broken", "fine")
+    ]
+    caps = [TargetCapacity(t, Metrics(CollectorRegistry())) for t in targets]
+
+    def boom() -> None:
+        raise RuntimeError("estimator bug")
+
+    caps[0].estimator.estimate = boom  # type: ignore[method-assign,assignment]
+    registry.register(CapacityCollector(caps))
+    text = generate_latest(registry).decode()
+    assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="fine"} 1.0' in text
+    assert 'target="broken"' in text  # its basis says none
+    assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="broken"} 1.0' in text
