@@ -30,7 +30,7 @@ from prober.autoscale.policy import (
     saturation_trigger,
     standard_policies,
 )
-from prober.autoscale.trace import standard
+from prober.autoscale.trace import TRACES
 from prober.bench import BenchConfig, measure
 from prober.bench.keda import Budgets, derive, header, scaled_object
 
@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, of {', '.join(POLICIES)}")  # fmt: skip
     p.add_argument("--scale", type=float, default=1.0,
                    help="trace length factor (1.0: 30 real minutes, 3 compressed)")  # fmt: skip
+    p.add_argument("--trace", choices=sorted(TRACES), default="standard",
+                   help="standard: 30 real minutes; short: 12, up to the step")  # fmt: skip
     p.add_argument("--no-metrics-url", action="store_true",
                    help="sidecars probe only: the rules run on the client estimate")  # fmt: skip
     p.add_argument("--seed", type=int, default=16)
@@ -94,7 +96,8 @@ def setup_for(args: argparse.Namespace, budgets: Budgets) -> Setup:
         sidecar=Sidecar(interval=10.0 / f, metrics_interval=5.0 / f,
                         server_truth=not args.no_metrics_url),
         startup=120.0 / f, sync=15.0 / f, warmup=60.0 / f,
-        trace=standard(args.scale).compressed(f), capacity=budgets.drain_rps,
+        trace=TRACES[getattr(args, "trace", "standard")](args.scale).compressed(f),
+        capacity=budgets.drain_rps,
         prometheus_bin=args.prometheus_bin, rules=RULES, seed=args.seed, grace=120.0 / f,
         initial=2, user_timeout=60.0 / f,
     )  # fmt: skip

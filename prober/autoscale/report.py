@@ -80,14 +80,22 @@ def summarize(run: dict[str, Any], trace: Trace, slo: float, factor: float,
     phases = {s.name: trace.phase(s.name) for s in trace.segments}
     cost = replica_seconds(run["replicas"], 0.0, end) * factor
     rec = recovery(records, trace, slo, bin_real / factor)
+    samples = run["samples"]
     return {
         "policy": run["policy"],
         "requests": len(records),
         "goodput": goodput(records, slo, 0.0, end),
         "goodput_by_phase": {n: goodput(records, slo, a, b) for n, (a, b) in phases.items()},
+        "mean_replicas_by_phase": {
+            n: replica_seconds(run["replicas"], a, b) / (b - a) for n, (a, b) in phases.items()
+        },
+        "peak_replicas_by_phase": {
+            n: max((s["spec"] for s in samples if a <= s["t"] < b), default=0)
+            for n, (a, b) in phases.items()
+        },
         "replica_seconds": cost,
         "mean_replicas": cost / (end * factor),
-        "peak_replicas": max((s["spec"] for s in run["samples"]), default=0),
+        "peak_replicas": max((s["spec"] for s in samples), default=0),
         "recovery_after_step_seconds": None if rec is None else rec * factor,
         "no_endpoint": sum(r.get("outcome") == "no_endpoint" for r in records),
     }

@@ -9,7 +9,7 @@ as absolute offsets so the sender never drifts.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 
@@ -70,6 +70,19 @@ def standard(scale: float = 1.0) -> Trace:
         Segment("after", 330, 2.0, 2.0),
     )
     return Trace(tuple(Segment(p.name, p.seconds * scale, p.begin, p.end) for p in parts))
+
+
+def short(scale: float = 1.0) -> Trace:
+    """The standard trace up to its step, shortened where nothing is decided (12 minutes;
+    `scale` is accepted for symmetry with `standard` and ignored)."""
+    return Trace((
+        Segment("baseline", 120, 1.2, 1.2),
+        Segment("ramp", 360, 1.2, 2.0),
+        Segment("step", 240, 3.0, 3.0),
+    ))  # fmt: skip
+
+
+TRACES: dict[str, Callable[[float], Trace]] = {"standard": standard, "short": short}
 
 
 def arrivals(trace: Trace, capacity: float, seed: int) -> Iterator[float]:
