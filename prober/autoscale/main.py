@@ -127,7 +127,8 @@ async def experiment(args: argparse.Namespace) -> list[dict[str, Any]]:
                "server_truth": not args.no_metrics_url}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "table.md").write_text(report.table(rows))
-    report.plot(runs, setup.trace, ENGINE.slo_ttft, FACTOR, out / "autoscale.png")
+    if report.plot(runs, setup.trace, ENGINE.slo_ttft, FACTOR, out / "autoscale.png") is None:
+        print("autoscale: no plots: pip install 'llm-prober[bench]'", file=sys.stderr)
     return rows
 
 
