@@ -61,7 +61,7 @@ def test_gpu_utilisation_cannot_tell_one_stream_from_sixteen(
     gpu, shipped = rows["gpu-util"], rows["shipped"]
     assert gpu["peak_replicas"] == 8
     ramp_peak = gpu["peak_replicas_by_phase"]["ramp"]
-    assert ramp_peak >= shipped["peak_replicas_by_phase"]["ramp"] + 2
+    assert ramp_peak > shipped["peak_replicas_by_phase"]["ramp"]
     assert gpu["mean_replicas_by_phase"]["ramp"] > 1.3 * shipped["mean_replicas_by_phase"]["ramp"]
 
 
