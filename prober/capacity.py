@@ -197,7 +197,8 @@ class CapacityCollector(Collector):
             for state, value in (("waiting", snap.waiting), ("running", snap.running)):
                 if value is not None:
                     depth.add_metric([*key, "server", state], value)
-            server_slots = est.slots or cap.server_slots()
+            # The hint first: the estimate's slots exist only once it has a basis of its own.
+            server_slots = cap.target.config.slots or est.slots or cap.server_slots()
             if (value := saturation(snap.waiting, snap.running, server_slots)) is not None:
                 sat.add_metric([*key, "server"], value)
             if snap.kv_usage_ratio is not None:

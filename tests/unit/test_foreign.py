@@ -228,3 +228,24 @@ def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> Non
     assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="fine"} 1.0' in text
     assert 'target="broken"' in text  # its basis says none
     assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="broken"} 1.0' in text
+
+
+def test_server_saturation_divides_by_the_slots_hint_before_anything_is_learned() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from prober.capacity import CapacityCollector, TargetCapacity
+    from prober.metrics import Metrics
+    from prober.servers import Engine, ServerSnapshot
+    from prober.settings import TargetConfig
+    from prober.targets import Target
+
+    cfg = TargetConfig(name="vllm", url="http://127.0.0.1:1/v1", model="m", slots=16)
+    cap = TargetCapacity(Target.from_config(cfg), Metrics(CollectorRegistry()))
+    # A new replica, half busy; its completion counter gives the estimate a drain rate (the
+    # server basis, which knows no slots of its own).
+    cap._keep(ServerSnapshot(Engine.vllm, 0.0, 8.0, None, 10.0), 100.0)
+    cap._keep(ServerSnapshot(Engine.vllm, 0.0, 8.0, None, 30.0), 105.0)
+    registry = CollectorRegistry()
+    registry.register(CapacityCollector([cap]))
+    text = generate_latest(registry).decode()
+    assert 'llmprober_saturation{model="m",source="server",target="vllm"} 0.5' in text
