@@ -243,7 +243,8 @@ class QueueEstimator:
         step: float | None = None, stretches: tuple[tuple[float, int], ...] = (),
     ) -> ProbeSample:  # fmt: skip
         """`step`: the decode gap that tells a queue from a free slot, the probe's own if unset."""
-        assert result.t_first_token_ns is not None and result.t_last_token_ns is not None
+        assert result.t_first_token_ns is not None
+        assert result.t_last_token_ns is not None
         # To the last token: the slot is free then, whenever the stream's end arrives.
         decode = (result.t_last_token_ns - result.t_first_token_ns) / 1e9
         queued = wait > queue_threshold(gap if step is None else step)
