@@ -114,7 +114,8 @@ def engine_counts(text: str) -> tuple[float, float]:
     return waiting, running
 
 
-async def _truth(session: aiohttp.ClientSession, base: str) -> tuple[float, float]:
+async def engine_truth(session: aiohttp.ClientSession, base: str) -> tuple[float, float]:
+    """(waiting, running) as the engine at `base` reports them now."""
     async with session.get(f"{base}/metrics") as resp:
         return engine_counts(await resp.text())
 
@@ -183,7 +184,7 @@ async def drain(base: str, timeout: float) -> None:
     async with aiohttp.ClientSession() as session:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if await _truth(session, base) == (0.0, 0.0):
+            if await engine_truth(session, base) == (0.0, 0.0):
                 return
             await asyncio.sleep(0.5)
     raise AssertionError("engine did not drain between levels")
@@ -211,7 +212,7 @@ async def run_levels(
                 score = Score(level)
                 started = time.monotonic()
                 while (elapsed := time.monotonic() - started) < wait_first + seconds:
-                    waiting, running = await _truth(session, base)
+                    waiting, running = await engine_truth(session, base)
                     now = time.monotonic()
                     truth.append((now, waiting, running))
                     while truth[0][0] < now - truth_seconds:

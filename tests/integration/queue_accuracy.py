@@ -17,9 +17,9 @@ import aiohttp
 
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
-from prober.servers import parse_metrics
 from prober.web import LOADS, client_session
 from tests.integration.daemon import daemon, scrape, value
+from tests.integration.foreign_accuracy import drain, engine_truth
 
 
 @dataclass(frozen=True)
@@ -61,22 +61,6 @@ async def measure_capacity(
         return done / (time.monotonic() - started)
 
 
-async def _truth(session: aiohttp.ClientSession, metrics_url: str) -> tuple[float, float]:
-    async with session.get(metrics_url) as resp:
-        snap = parse_metrics(await resp.text())
-    return snap.waiting or 0.0, snap.running or 0.0
-
-
-async def _drain(metrics_url: str, timeout: float) -> None:
-    async with aiohttp.ClientSession() as session:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if await _truth(session, metrics_url) == (0.0, 0.0):
-                return
-            await asyncio.sleep(0.5)
-    raise AssertionError("engine did not drain between levels")
-
-
 async def run_levels(
     base: str, rates: list[float], seconds: float, *, prompt_tokens: int, max_tokens: int,
     warmup_seconds: float, sample_every: float = 0.5, extra_body: dict[str, object] | None = None,
@@ -85,7 +69,6 @@ async def run_levels(
 
     Between levels the load pauses and the engine drains, so each level starts empty.
     """
-    metrics_url = f"{base}/metrics"
     target = {
         "name": "engine", "url": f"{base}/v1", "model": "m", "interval_seconds": 3600,
         "warmup": 0, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
@@ -105,7 +88,7 @@ async def run_levels(
             while time.monotonic() < end:
                 # The truth first: llama-server computes /metrics in its own loop, when it gets
                 # to it, so its figure describes the moment it answers; read the estimate then.
-                true_waiting, _ = await _truth(session, metrics_url)
+                true_waiting, _ = await engine_truth(session, base)
                 samples = await scrape(url)
                 estimate = value(
                     samples, "llmprober_queue_depth", source="estimate", state="waiting"
@@ -114,7 +97,7 @@ async def run_levels(
                 await asyncio.sleep(sample_every)
             slots = value(samples, "llmprober_engine_slots")
             await driver.set_rate(0)
-            await _drain(metrics_url, timeout=300)
+            await drain(base, timeout=300)
             levels.append(_level(rate, pairs, slots))
     return levels
 
