@@ -20,7 +20,7 @@ from tests.integration.foreign_accuracy import Level, foreign_load, measure_capa
 SLOTS = 4
 ENGINE = ("--slots", str(SLOTS), "--decode-step", "0.02", "--decode-slowdown", "0.3")
 TTFT_SLO = 0.5
-RAMP = (0.3, 0.5, 0.7, 0.85, 1.0, 1.3)  # × capacity
+RAMP = (0.3, 0.5, 0.65, 0.8, 0.9, 1.0, 1.3)  # × capacity: finer near the knee
 # With 4 slots a queue builds well before every slot is busy all the time (Erlang C: the
 # fewer the slots, the earlier the knee). Before the probes' TTFT p95 breaks the SLO,
 # saturation must already have risen past half the slots and by a clear step above where the
