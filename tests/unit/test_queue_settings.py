@@ -1,0 +1,47 @@
+"""The queue estimate's per-target options: a wrong value is one line naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prober.settings import ConfigError, load_settings
+
+GE1 = "Input should be greater than or equal to 1"
+BASE = "targets:\n  - {name: a, url: 'http://127.0.0.1:1/v1', model: m, %s}\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ("slots: 0", f"targets[0].slots: {GE1}"),
+        ("slots: -4", f"targets[0].slots: {GE1}"),
+        ("slots: 2.5", "targets[0].slots: Input should be a valid integer"),
+        ("slots: 4.0", "targets[0].slots: Input should be a valid integer"),
+        ("slots: true", "targets[0].slots: Input should be a valid integer"),
+        ("slots: four", "targets[0].slots: Input should be a valid integer"),
+        ("pair_share: 1.5", "targets[0].pair_share: Input should be less than or equal to 1"),
+        ("probes_in_flight: 0", f"targets[0].probes_in_flight: {GE1}"),
+        ("traffic: {output_tokens: 0}", f"targets[0].traffic.output_tokens: {GE1}"),
+        ("traffic: {shape: 3}", "targets[0].traffic.shape: unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_queue_options_are_one_line_naming_the_field(
+    tmp_path: Path, option: str, problem: str
+) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(BASE % option)
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert err.value.problems == [problem]
+
+
+def test_the_slots_hint_and_traffic_shape_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(BASE % "slots: 32, traffic: {prompt_tokens: 512, output_tokens: 128}")
+    [target] = load_settings(path).targets
+    assert target.slots == 32
+    assert (target.traffic.prompt_tokens, target.traffic.output_tokens) == (512, 128)
+    assert target.pair_share == 0.5
+    assert target.probes_in_flight == 1
