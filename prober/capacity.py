@@ -66,12 +66,13 @@ class TargetCapacity:
     def companion_delay(self, fraction: float, draw: float) -> float | None:
         """When to send a companion after a probe's first token (`fraction` of its expected
         decode), or None for no companion: pairs go with every probe until the decode
-        slowdown is learned, then with the target's `pair_share` (`draw` is uniform 0..1)."""
+        slowdown (and, without a hint, the slots) can be read from them, then with the
+        target's `pair_share` (`draw` is uniform 0..1)."""
         foreign = self.estimator.foreign
         decode = None if foreign is None else foreign.typical_decode()
         if foreign is None or decode is None:
             return None
-        wanted = foreign.decode.learning or draw < self.target.config.pair_share
+        wanted = foreign.learning or draw < self.target.config.pair_share
         return fraction * decode if wanted else None
 
     def _queue_wait(self, wait: float | None) -> None:

@@ -57,6 +57,9 @@ class Score:
     bases: Counter[str] = field(default_factory=Counter)
     slots: Counter[int] = field(default_factory=Counter)
     completed_per_second: float = 0.0  # the traffic's own completions over the level
+    # Seconds from the level's start to the first scrape with a basis other than "none"
+    # (scrapes run through the settling time too); None if it never had one.
+    known_after: float | None = None
 
     def _mean(self, i: int) -> float:
         return sum(p[i] for p in self.pairs) / len(self.pairs)
@@ -193,12 +196,14 @@ async def drain(base: str, timeout: float) -> None:
 async def run_levels(
     base: str, levels: list[Level], target: Mapping[str, Any], *, settle: float, seconds: float,
     load_args: tuple[str, ...] = (), sample_every: float = 0.5, truth_seconds: float = 5.0,
-    learn: float = 0.0,
+    learn: float = 0.0, learn_at: int = 0,
 ) -> list[Score]:  # fmt: skip
     """One daemon probing `base` (no metrics_url, no load) through every level in turn.
 
-    `learn`: seconds the first level settles longer, for a fresh daemon to learn the decode
-    slowdown from its first pairs of probes (a long-running daemon has long done so)."""
+    `learn`: seconds level `learn_at` settles longer, for a fresh daemon to learn what a
+    long-running one has long known: the decode slowdown from its first pairs of probes (any
+    level), and, without a slots hint, the slots from probes that decoded at full batch (the
+    first queued level). How long that took is each level's `known_after`."""
     config = {
         "server": {"listen": "127.0.0.1:0", "grace_seconds": 0.5},
         "targets": [{"name": "engine", "url": f"{base}/v1", "model": "m", **target}],
@@ -206,7 +211,7 @@ async def run_levels(
     scores = []
     async with daemon(config) as (url, _), aiohttp.ClientSession() as session:
         for i, level in enumerate(levels):
-            wait_first = settle + (learn if i == 0 else 0.0)
+            wait_first = settle + (learn if i == learn_at else 0.0)
             async with foreign_load(base, level, *load_args) as report:
                 truth: deque[tuple[float, float, float]] = deque()
                 score = Score(level)
@@ -217,13 +222,23 @@ async def run_levels(
                     truth.append((now, waiting, running))
                     while truth[0][0] < now - truth_seconds:
                         truth.popleft()
+                    samples = await scrape(url)
+                    if score.known_after is None and _known(samples):
+                        score.known_after = elapsed
                     if elapsed >= wait_first:
-                        _sample(score, truth, await scrape(url))
+                        _sample(score, truth, samples)
                     await asyncio.sleep(sample_every)
             score.completed_per_second = float(report[0]["rate"]) if report else 0.0
             scores.append(score)
             await drain(base, timeout=300)
     return scores
+
+
+def _known(samples: Any) -> bool:
+    return any(
+        name == "llmprober_queue_estimate_basis" and v == 1 and dict(labels)["basis"] != "none"
+        for (name, labels), v in samples.items()
+    )
 
 
 def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any) -> None:

@@ -5,7 +5,9 @@ Another process (`foreign_load`) sends the traffic; the daemon only probes and i
 Poisson at half the capacity, closed loops of 2× and 5× the slots. Bounds (binding, from the
 issue): waiting MAE ≤ max(1, 25 % of the mean true depth), running MAE ≤ max(1, 25 % of the
 slots), against the truth averaged over the trailing 5 s. Once with the operator's `slots:`
-hint and once without, where the slots must be learned (and be right).
+hint and once without, where the slots must be learned (and be right). Slots can only be
+learned from probes that decoded at full batch: without the hint, the first queued level is
+given the learning time, and how long the learning took is asserted on its own.
 """
 
 from __future__ import annotations
@@ -43,11 +45,23 @@ async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None
             Level("closed5x", "closed", workers=5 * SLOTS),
         ]
         target = PROBE | ({"slots": hint} if hint else {})
-        scores = await run_levels(base, levels, target, settle=10, seconds=20, learn=20)
-    report = table(scores, f"simulator, capacity {capacity:.2f}/s, slots hint {hint}")
+        learn_at = 0 if hint else 1  # the pairs (any load), or the slots (a queue)
+        scores = await run_levels(
+            base, levels, target, settle=10, seconds=20, learn=20, learn_at=learn_at
+        )
+    known = [s.known_after for s in scores]
+    note = f"simulator, capacity {capacity:.2f}/s, slots hint {hint}, known after {known} s"
+    report = table(scores, note)
     print("\n" + report)
     assert not check(scores, SLOTS), report
     expected = "probes_hint" if hint else "probes_learned"
     for score in scores[1:]:  # the queued levels: the slots are known, hinted or learned
         assert score.bases.most_common(1)[0][0] == expected, report
         assert score.slots.most_common(1)[0][0] == SLOTS, report
+    # Learned within the first 20 s of the first queue (about eight probes), and known from
+    # the first scrape of the next level on: a daemon keeps what it learned.
+    first_queue, after = scores[1].known_after, scores[2].known_after
+    assert first_queue is not None, report
+    assert first_queue <= 20, report
+    assert after is not None, report
+    assert after < 1.0, report

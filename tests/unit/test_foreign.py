@@ -35,7 +35,7 @@ def gap(batch: int) -> float:
 def learned_model(full_batch: int = 4) -> DecodeModel:
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
-    for others in range(5):
+    for others in range(15):
         model.observe_pair(gap(1 + others % 3), gap(2 + others % 3))
     for _ in range(3):
         model.observe(gap(full_batch), full_batch=True)
@@ -72,12 +72,41 @@ def test_slots_are_not_learned_from_too_little() -> None:
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
     model.observe(gap(4), full_batch=True)
-    assert model.learning
+    assert model.learning(slots_known=True)
     assert model.learned_slots() is None
     for _ in range(5):
         model.observe_pair(gap(1), gap(2))
-    assert not model.learning
-    assert model.learned_slots() is None  # one full-batch probe is not enough
+    assert not model.learning(slots_known=True)  # enough for β where the slots are hinted
+    assert model.learning(slots_known=False)
+    model.observe(gap(4), full_batch=True)
+    model.observe(gap(4), full_batch=True)
+    assert model.learned_slots() is None  # 5 pairs are too few to read the slots from
+    for _ in range(10):
+        model.observe_pair(gap(1), gap(2))
+    assert not model.learning(slots_known=False)
+    assert model.learned_slots() == 4
+
+
+def test_learned_slots_survive_pairs_that_a_foreign_request_disturbed() -> None:
+    """A foreign request leaving while a pair is read makes a jump of 0, one joining a jump of
+    2β: a third of the pairs disturbed, as many each way, and the slots are still right."""
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for _ in range(3):
+        model.observe(gap(4), full_batch=True)
+    for i in range(15):
+        jump = (0.0, 2 * BETA, BETA)[i % 3]
+        model.observe_pair(gap(1), gap(1) + jump)
+    assert model.learned_slots() == 4
+
+
+def test_one_full_batch_probe_is_not_enough_for_the_slots() -> None:
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    model.observe(gap(4), full_batch=True)
+    for _ in range(15):
+        model.observe_pair(gap(1), gap(2))
+    assert model.learned_slots() is None
     model.observe(gap(4), full_batch=True)
     model.observe(gap(4), full_batch=True)
     assert model.learned_slots() == 4
