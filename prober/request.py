@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
+from prober.kinds import Api as Api  # re-exported: callers import it from here
 from prober.result import Outcome, RequestResult
 from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
 from prober.stream import Finish, InStreamError, StreamState, max_events
@@ -43,12 +44,6 @@ _AFTER_END_SECONDS = 0.05
 _AFTER_END_BYTES = 64 * 1024
 _BYTES_PER_EVENT = 4 * 1024  # body bytes allowed per event of the bound, beyond 2 lines
 MAX_RETRY_AFTER_SECONDS = 86_400.0
-
-
-class Api(StrEnum):
-    CHAT = "chat"
-    COMPLETIONS = "completions"
-    OLLAMA = "ollama"
 
 
 @dataclass(frozen=True, slots=True)

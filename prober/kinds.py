@@ -1,0 +1,52 @@
+"""The closed sets of values that configuration, flags and code share, each spelled once.
+
+The lowest layer: it imports nothing from `prober`, so settings, the request path, the bench
+and the simulator can all take their choices from here. Enums where code branches on the
+member, `Literal` aliases where the value is only passed on; each `Literal` has a tuple of its
+values beside it for argparse's `choices=`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, get_args
+
+
+class Api(StrEnum):
+    """The wire protocol of a target: OpenAI chat, OpenAI completions, or Ollama's native API."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+    OLLAMA = "ollama"
+
+
+class Engine(StrEnum):
+    """An inference engine whose /metrics the prober understands."""
+
+    vllm = "vllm"
+    llamacpp = "llamacpp"
+    sglang = "sglang"
+    tgi = "tgi"
+
+
+# Open-loop arrivals: exponential gaps or evenly spaced.
+Arrival = Literal["poisson", "constant"]
+ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
+
+# auto: uvloop when installed (prober/runtime.py).
+EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
+EVENT_LOOPS: tuple[EventLoopChoice, ...] = get_args(EventLoopChoice)
+
+# pooled: keep-alive connections are reused; fresh: every request opens its own.
+Connection = Literal["pooled", "fresh"]
+CONNECTIONS: tuple[Connection, ...] = get_args(Connection)
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
+
+LogFormat = Literal["auto", "json", "console"]
+LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
+
+# The delta field the simulator streams reasoning tokens in (llama-server's, vLLM's).
+ReasoningField = Literal["reasoning_content", "reasoning"]
+REASONING_FIELDS: tuple[ReasoningField, ...] = get_args(ReasoningField)
