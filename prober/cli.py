@@ -20,11 +20,13 @@ from typing import Any
 
 from aiohttp import web
 
-from prober import __version__, timings
-from prober.logs import get_logger, redact, setup_logging
+from prober import __version__
+from prober.logs import get_logger, setup_logging
+from prober.prompts import PromptBuilder
 from prober.request import Api, RequestSpec, Timeouts, stream_request
-from prober.result import RequestResult
 from prober.settings import ConfigError, ServerConfig, check_api_key, load_settings
+from prober.summary import result_summary
+from prober.wire import client_session
 
 EXIT_USAGE = 2
 
@@ -224,9 +226,6 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 async def _probe(args: argparse.Namespace) -> int:
-    from prober.prompts import PromptBuilder
-    from prober.web import client_session
-
     headers: dict[str, str] = {}
     if args.api_key_env:
         key = os.environ.get(args.api_key_env, "").strip()
@@ -254,33 +253,6 @@ async def _probe(args: argparse.Namespace) -> int:
             if key != "itl_seconds":
                 print(f"{key:>18}: {value}")
     return 0 if result.ok else 1
-
-
-def result_summary(r: RequestResult) -> dict[str, Any]:
-    """The probe's JSON shape (keys are a public contract)."""
-    return {
-        "outcome": r.outcome.value,
-        "error": redact(r.error),  # a server may echo the API key in its error body
-        "http_status": r.http_status,
-        "request_id": r.request_id,
-        "ttft_seconds": timings.ttft(r),
-        "ttfo_seconds": timings.ttfo(r),
-        "tpot_seconds": timings.tpot(r),
-        "e2e_seconds": timings.e2e(r),
-        "dispatch_lag_seconds": timings.dispatch_lag(r),
-        "itl_seconds": timings.itl_gaps(r),
-        "prompt_tokens": r.prompt_tokens,
-        "output_tokens": r.output_tokens,
-        "reasoning_tokens": r.reasoning_tokens,
-        "token_source": r.token_source.value,
-        "tokens_lower_bound": r.tokens_lower_bound,
-        "finish_reason": r.finish_reason.value,
-        "answered": r.answered,
-        "connection": None if r.reused is None else ("reused" if r.reused else "fresh"),
-        "phases_seconds": dict(timings.phases(r)),
-        "server_prefill_seconds": r.server_prefill_seconds,
-        "server_decode_per_token_seconds": r.server_decode_per_token_seconds,
-    }
 
 
 if __name__ == "__main__":

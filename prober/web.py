@@ -38,7 +38,7 @@ from prober.schedule import ProbeScheduler, cancelled_result, log_probe
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig, load_web_config
-from prober.wire import request_session
+from prober.wire import client_session
 
 SETTINGS = web.AppKey("settings", Settings)
 TARGETS = web.AppKey("targets", dict[str, Target])
@@ -74,13 +74,6 @@ INFLIGHT = web.AppKey("inflight", Inflight)
 _log = get_logger("prober.web")
 # A /probe for a target whose previous one is still running is refused, and asked back later.
 PROBE_RETRY_AFTER_SECONDS = 1
-
-
-def client_session() -> aiohttp.ClientSession:
-    # No pool limit: the load driver's in-flight cap is the only bound, so a queued connection
-    # never adds hidden client-side latency.
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
-    return request_session(connector, {"User-Agent": f"llm-prober/{__version__}"})
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:

@@ -34,6 +34,8 @@ from typing import Any
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
+from prober import __version__
+
 
 class SendStamp:
     """One request's trace stamps (0 until seen): `ns` when its first bytes were written,
@@ -97,6 +99,14 @@ def request_session(
         headers=headers,
         trace_configs=[trace],
     )
+
+
+def client_session() -> aiohttp.ClientSession:
+    """The session every command streams through: `request_session` on a pooled connector."""
+    # No pool limit: the load driver's in-flight cap is the only bound, so a queued connection
+    # never adds hidden client-side latency.
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
+    return request_session(connector, {"User-Agent": f"llm-prober/{__version__}"})
 
 
 def _stamp_arrivals(connector: aiohttp.BaseConnector) -> None:

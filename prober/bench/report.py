@@ -27,6 +27,7 @@ from prober.bench.runner import LevelRun, SweepRun
 from prober.bench.watch import verdict
 from prober.estimate import PrefillBaseline
 from prober.result import RequestResult
+from prober.summary import result_summary
 from prober.timings import NS_PER_S, Slo
 
 
@@ -66,8 +67,6 @@ def level_report(
 
 def request_record(r: RequestResult, origin_ns: int, slo: Slo) -> dict[str, Any]:
     """The probe's per-request JSON shape, plus stamps relative to the level's start."""
-    # Imported here: prober.cli imports bench to wire the subcommand.
-    from prober.cli import result_summary
 
     def offset(ns: int | None) -> float | None:
         return None if ns is None else (ns - origin_ns) / NS_PER_S

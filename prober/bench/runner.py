@@ -38,7 +38,7 @@ from prober.prompts import PromptBuilder
 from prober.result import RequestResult
 from prober.settings import LoadConfig
 from prober.targets import Target
-from prober.web import client_session
+from prober.wire import client_session
 
 OnResult = Callable[[RequestResult], None]
 # A level's lifecycle as the progress display sees it: (level, phase, expected requests).
