@@ -17,9 +17,11 @@ import aiohttp
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from prober import metric_specs as specs
 from prober.estimate import Estimate, OwnLoad, QueueEstimator
 from prober.foreign import Basis, ForeignEstimator, ProbesInFlight, Shape
 from prober.logs import get_logger
+from prober.metric_specs import gauge_family
 from prober.metrics import Metrics
 from prober.result import RequestResult
 from prober.servers import Engine, ServerMetricsError, ServerSnapshot, scrape
@@ -153,32 +155,11 @@ class CapacityCollector(Collector):
             return Estimate(None, None, None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        depth = GaugeMetricFamily(
-            "llmprober_queue_depth",
-            "Requests waiting for / holding an engine slot, estimated by the client or reported "
-            "by the server.",
-            labels=("target", "model", "source", "state"),
-        )
-        basis = GaugeMetricFamily(
-            "llmprober_queue_estimate_basis",
-            "What the queue estimate rests on: 1 for the basis in use, 0 for the others.",
-            labels=("target", "model", "basis"),
-        )
-        slots = GaugeMetricFamily(
-            "llmprober_engine_slots",
-            "The engine's parallel slots: the operator's hint, or learned by the estimator.",
-            labels=("target", "model", "source"),
-        )
-        sat = GaugeMetricFamily(
-            "llmprober_saturation",
-            "Busy slots / slots below saturation, 1 + waiting / slots above it.",
-            labels=("target", "model", "source"),
-        )
-        kv = GaugeMetricFamily(
-            "llmprober_server_kv_cache_usage_ratio",
-            "KV-cache usage reported by the server (0..1).",
-            labels=("target", "model"),
-        )
+        depth = gauge_family(specs.QUEUE_DEPTH)
+        basis = gauge_family(specs.QUEUE_ESTIMATE_BASIS)
+        slots = gauge_family(specs.ENGINE_SLOTS)
+        sat = gauge_family(specs.SATURATION)
+        kv = gauge_family(specs.SERVER_KV_CACHE_USAGE)
         for cap in self._capacities:
             key = [cap.target.labels.target, cap.target.labels.model]
             est = self._estimate(cap)

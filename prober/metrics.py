@@ -1,8 +1,9 @@
-"""Every llm-prober metric, declared once on an injected registry; `record()` a result.
+"""The daemon's metric objects on an injected registry; `record()` a result.
 
-Names follow DESIGN section 4: prefix `llmprober_`, base units, counters end in `_total`.
-Labels come from configuration only (`target`, `model`, `mode`) or from closed sets (`outcome`,
-`kind`, `source`, `state`, `reason`, `phase`, `connection`), so cardinality is bounded.
+Each is built from its entry in `prober.metric_specs` (name, help, labels, buckets: declared
+there once). Labels come from configuration only (`target`, `model`, `mode`) or from closed
+sets (`outcome`, `kind`, `source`, `state`, `reason`, `phase`, `connection`), so cardinality
+is bounded.
 Latency observations carry the request id as an exemplar, so a slow bucket leads to one
 concrete request in the logs (each finished probe is logged with it).
 """
@@ -15,45 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from prober import metric_specs as specs
 from prober import timings
+from prober.metric_specs import counter, gauge, histogram
 from prober.result import MAX_COUNT, FinishReason, Outcome, RequestResult, TokenSource
 from prober.timings import Slo
 
-# vLLM's TTFT buckets (so client and server series share queries), up to minutes.
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-# vLLM's inter-token buckets, extended down to a millisecond for fast engines.
-TPOT_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-    0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-# vLLM's end-to-end buckets, with a sub-second start for short probes.
-E2E_BUCKETS = (
-    0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
-# The client's own lateness: microseconds to seconds.
-LAG_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
-)  # fmt: skip
-
-# Connection set-up and request phases: from tens of microseconds (loopback) to the minutes a
-# first token may take.
-PHASE_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-)  # fmt: skip
 # `llmprober_token_source_total{source}`: counted events that may each hold several tokens.
 LOWER_BOUND_SOURCE = "chunks_lower_bound"
 
 _M = TypeVar("_M", Counter, Histogram)
-
-TARGET_LABELS = ("target", "model")
-REQUEST_LABELS = ("target", "model", "mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,134 +73,36 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
 
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, REQUEST_LABELS, buckets=buckets, registry=registry)
-
-        self.ttft = histogram(
-            "llmprober_ttft_seconds", "Time to first token on any channel, from the scheduled send",
-            TTFT_BUCKETS,
-        )  # fmt: skip
-        self.ttfo = histogram(
-            "llmprober_ttfo_seconds", "Time to first answer (content) token, from scheduled send",
-            TTFT_BUCKETS,
-        )  # fmt: skip
-        self.tpot = histogram(
-            "llmprober_tpot_seconds", "Mean time per output token after the first.", TPOT_BUCKETS
-        )
-        self.itl = histogram(
-            "llmprober_itl_seconds", "Every gap between consecutive token events.", TPOT_BUCKETS
-        )
-        self.e2e = histogram(
-            "llmprober_e2e_seconds", "End-to-end latency of successful streams.", E2E_BUCKETS
-        )
-        self.dispatch_lag = histogram(
-            "llmprober_dispatch_lag_seconds",
-            "Begin of the request minus its scheduled time (the prober's own lateness).",
-            LAG_BUCKETS,
-        )  # fmt: skip
-        self.phase = Histogram(
-            "llmprober_probe_phase_seconds",
-            "Time of each phase of a probe (resolve, connect, tls, request_written, first_byte, "
-            "first_token), by whether its connection was fresh or reused.",
-            (*TARGET_LABELS, "phase", "connection"), buckets=PHASE_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.connections = Counter(
-            "llmprober_connections", "Requests by whether they opened a connection or reused one.",
-            (*REQUEST_LABELS, "connection"), registry=registry,
-        )  # fmt: skip
-        self.server_prefill = histogram(
-            "llmprober_server_prefill_seconds", "Prefill time reported by the server.", TTFT_BUCKETS
-        )
-        self.server_decode = histogram(
-            "llmprober_server_decode_per_token_seconds",
-            "Decode time per token reported by the server.", TPOT_BUCKETS,
-        )  # fmt: skip
-        self.requests = Counter(
-            "llmprober_requests", "Requests by outcome.", (*REQUEST_LABELS, "outcome"),
-            registry=registry,
-        )  # fmt: skip
-        self.good = Counter(
-            "llmprober_requests_good", "Requests that succeeded within the target's SLO (goodput).",
-            REQUEST_LABELS, registry=registry,
-        )  # fmt: skip
-        self.without_answer = Counter(
-            "llmprober_requests_without_answer",
-            "Requests that got reasoning tokens but no answer (content) token; never good.",
-            REQUEST_LABELS, registry=registry,
-        )  # fmt: skip
-        self.without_answer_reasoning = Counter(
-            "llmprober_reasoning_tokens_without_answer",
-            "Reasoning tokens spent by requests that ended without an answer.",
-            REQUEST_LABELS, registry=registry,
-        )  # fmt: skip
-        self.finish_reasons = Counter(
-            "llmprober_finish_reasons", "Requests by finish reason (none: the server sent none).",
-            (*REQUEST_LABELS, "reason"), registry=registry,
-        )  # fmt: skip
-        self.token_source = Counter(
-            "llmprober_token_source",
-            "Requests with tokens by where their output count came from: usage, chunks (counted "
-            "events), chunks_lower_bound (events carried several tokens: the count is a lower "
-            "bound, TPOT an upper bound).",
-            (*REQUEST_LABELS, "source"), registry=registry,
-        )  # fmt: skip
-        self.tokens = Counter(
-            "llmprober_tokens", "Tokens by kind (output includes reasoning).",
-            (*REQUEST_LABELS, "kind"), registry=registry,
-        )  # fmt: skip
-        self.probe_success = Gauge(
-            "llmprober_probe_success", "Whether the last probe succeeded (1) or not (0).",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-        self.last_probe = Gauge(
-            "llmprober_last_probe_timestamp_seconds", "Unix time the last probe finished.",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-        self.probe_interval = Gauge(
-            "llmprober_probe_interval_seconds", "Configured probe interval.", TARGET_LABELS,
-            registry=registry,
-        )  # fmt: skip
-        self.slo_ttft = Gauge(
-            "llmprober_slo_ttft_seconds", "Configured TTFT SLO.", TARGET_LABELS, registry=registry
-        )
-        self.slo_tpot = Gauge(
-            "llmprober_slo_tpot_seconds", "Configured TPOT SLO.", TARGET_LABELS, registry=registry
-        )
-        self.slo_e2e = Gauge(
-            "llmprober_slo_e2e_seconds", "Configured end-to-end SLO (when set).", TARGET_LABELS,
-            registry=registry,
-        )  # fmt: skip
-        self.slo_ttfo = Gauge(
-            "llmprober_slo_ttfo_seconds", "Configured time-to-first-answer SLO (when set).",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-
-        self.probe_skipped = Counter(
-            "llmprober_probe_skipped", "Probe runs not started because the target's probes in "
-            "flight were at `probes_in_flight` (a slow endpoint thins the probes).",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-
-        self.load_in_flight = Gauge(
-            "llmprober_load_in_flight", "Background-load requests in flight.", TARGET_LABELS,
-            registry=registry,
-        )  # fmt: skip
-        self.load_target_rate = Gauge(
-            "llmprober_load_target_rate", "Configured background-load arrival rate (requests/s).",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-        self.load_dropped = Counter(
-            "llmprober_load_dropped", "Arrivals not sent because the in-flight cap was reached.",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-        self.server_scrape_errors = Counter(
-            "llmprober_server_scrape_errors", "Failed scrapes of the engine's own /metrics.",
-            TARGET_LABELS, registry=registry,
-        )  # fmt: skip
-        self.queue_wait = Histogram(
-            "llmprober_queue_wait_seconds", "Estimated queue wait per request (TTFT − prefill).",
-            TARGET_LABELS, buckets=TTFT_BUCKETS, registry=registry,
-        )  # fmt: skip
+        self.ttft = histogram(specs.TTFT, registry)
+        self.ttfo = histogram(specs.TTFO, registry)
+        self.tpot = histogram(specs.TPOT, registry)
+        self.itl = histogram(specs.ITL, registry)
+        self.e2e = histogram(specs.E2E, registry)
+        self.dispatch_lag = histogram(specs.DISPATCH_LAG, registry)
+        self.phase = histogram(specs.PROBE_PHASE, registry)
+        self.connections = counter(specs.CONNECTIONS, registry)
+        self.server_prefill = histogram(specs.SERVER_PREFILL, registry)
+        self.server_decode = histogram(specs.SERVER_DECODE, registry)
+        self.requests = counter(specs.REQUESTS, registry)
+        self.good = counter(specs.REQUESTS_GOOD, registry)
+        self.without_answer = counter(specs.WITHOUT_ANSWER, registry)
+        self.without_answer_reasoning = counter(specs.REASONING_WITHOUT_ANSWER, registry)
+        self.finish_reasons = counter(specs.FINISH_REASONS, registry)
+        self.token_source = counter(specs.TOKEN_SOURCE, registry)
+        self.tokens = counter(specs.TOKENS, registry)
+        self.probe_success = gauge(specs.PROBE_SUCCESS, registry)
+        self.last_probe = gauge(specs.LAST_PROBE, registry)
+        self.probe_interval = gauge(specs.PROBE_INTERVAL, registry)
+        self.slo_ttft = gauge(specs.SLO_TTFT, registry)
+        self.slo_tpot = gauge(specs.SLO_TPOT, registry)
+        self.slo_e2e = gauge(specs.SLO_E2E, registry)
+        self.slo_ttfo = gauge(specs.SLO_TTFO, registry)
+        self.probe_skipped = counter(specs.PROBE_SKIPPED, registry)
+        self.load_in_flight = gauge(specs.LOAD_IN_FLIGHT, registry)
+        self.load_target_rate = gauge(specs.LOAD_TARGET_RATE, registry)
+        self.load_dropped = counter(specs.LOAD_DROPPED, registry)
+        self.server_scrape_errors = counter(specs.SERVER_SCRAPE_ERRORS, registry)
+        self.queue_wait = histogram(specs.QUEUE_WAIT, registry)
         # Label children `record` has used, by (metric, label values); see `_child`.
         self._children: dict[tuple[Counter | Histogram, tuple[str, ...]], Counter | Histogram] = {}
 
