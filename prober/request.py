@@ -19,7 +19,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from prober.kinds import Api as Api  # re-exported: callers import it from here
 from prober.result import Outcome, RequestResult
 from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
-from prober.stream import Finish, InStreamError, StreamState, max_events
+from prober.stream import InStreamError, StreamState, max_events
 from prober.wire import SendStamp, arrival_clock, request_session
 
 _ERROR_BODY_BYTES = 2048
@@ -165,21 +165,39 @@ class _Exchange:
         self.t_begin_ns = 0  # the request's begin: this attempt's start, or the first's
         self.tcp_ns: int | None = None  # TLS only: socket connected, before the handshake
 
-    def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
-        # Nothing written (no connection) or no trace on the session: the attempt's start.
-        t_send = self.sent.ns or self.t_start_ns
-        # A stream that reached its end ended then, whatever happened to the connection after.
-        t_end = self.state.t_done_ns or time.perf_counter_ns()
+    def finish(
+        self,
+        outcome: Outcome,
+        error: str = "",
+        status: int | None = None,
+        *,
+        retry_after_seconds: float | None = None,
+    ) -> RequestResult:
+        """The attempt's one result: the stream's counts, this attempt's connection stamps."""
         sent = self.sent
         return self.state.result(
-            outcome, error, status, self.t_sched_ns, t_send, t_end, self.wall_start,
+            outcome,
+            error=error,
+            status=status,
+            t_sched_ns=self.t_sched_ns,
+            # Nothing written (no connection) or no trace on the session: the attempt's start.
+            t_send_ns=sent.ns or self.t_start_ns,
+            # A stream that reached its end ended then, whatever happened to the connection after.
+            t_end_ns=self.state.t_done_ns or time.perf_counter_ns(),
+            wall_start=self.wall_start,
             t_begin_ns=self.t_begin_ns,
             t_resolved_ns=sent.dns_end_ns or None,
             t_tcp_ns=self.tcp_ns,
             # A reused connection was ready as the attempt began (DESIGN: t_connected).
             t_connected_ns=self.t_start_ns if sent.reused else (sent.created_ns or None),
             reused=True if sent.reused else (False if sent.created_ns else None),
-        )  # fmt: skip
+            retry_after_seconds=retry_after_seconds,
+        )
+
+    def concluded(self) -> RequestResult:
+        """The result of a body that ended without a transport fault: the stream's verdict."""
+        verdict = self.state.conclude()
+        return self.finish(verdict.outcome, verdict.error)
 
     def _note_connection(self, resp: aiohttp.ClientResponse) -> None:
         """On a new TLS connection, when its socket connected (the handshake followed)."""
@@ -217,7 +235,7 @@ class _Exchange:
                     self.phase = _Phase.FIRST_TOKEN
                     self._note_connection(resp)
                     if resp.status != 200:
-                        return await _http_failure(resp, self.finish)
+                        return await self._http_failure(resp)
                     if encoding := _compressed(resp):
                         return self.finish(
                             Outcome.PROTOCOL_ERROR,
@@ -227,7 +245,7 @@ class _Exchange:
                     await self._read_body(resp, deadline, total_deadline)
         except TimeoutError as exc:
             if self.state.done:  # the deadline fell while reading past the end
-                return self.state.conclude(self.finish)
+                return self.concluded()
             return self._timed_out(exc, loop.time() >= total_deadline - 1e-3)
         except InStreamError as exc:
             return self.finish(Outcome.HTTP_5XX, f"server error in stream: {exc}")
@@ -252,7 +270,7 @@ class _Exchange:
             return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(exc)}")
         except (aiohttp.ClientError, OSError) as exc:
             if self.state.done:
-                return self.state.conclude(self.finish)
+                return self.concluded()
             if self.phase is not _Phase.CONNECT:
                 return self.finish(
                     Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {_describe(exc)}"
@@ -268,7 +286,7 @@ class _Exchange:
                     Outcome.PROTOCOL_ERROR, f"connection closed before a response: {_describe(exc)}"
                 )
             return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {_describe(exc)}")
-        return self.state.conclude(self.finish)
+        return self.concluded()
 
     async def _read_body(
         self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, total_deadline: float
@@ -286,8 +304,7 @@ class _Exchange:
         try:
             while chunk := await content.readany():
                 t_ns = clock() if arrivals is None else arrivals.received_ns
-                if state.t_first_byte_ns is None:
-                    state.t_first_byte_ns = t_ns
+                state.first_byte(t_ns)
                 budget -= len(chunk)
                 if budget < 0:
                     raise StreamError("body larger than its bound for max_tokens")
@@ -328,6 +345,26 @@ class _Exchange:
                 total=None, connect=timeouts.connect_seconds, sock_connect=timeouts.connect_seconds
             ),
         )
+
+    async def _http_failure(self, resp: aiohttp.ClientResponse) -> RequestResult:
+        status = resp.status
+        if 300 <= status < 400:
+            # Not followed: a 302 would turn the POST into a GET elsewhere, a 307 re-send the
+            # prompt (and headers) to wherever the server points.
+            location = _printable(resp.headers.get("Location", ""))
+            message = f"HTTP {status} redirect (not followed) to {location!r}"
+            return self.finish(Outcome.PROTOCOL_ERROR, message, status)
+        message = f"HTTP {status}: {await _error_snippet(resp)}"
+        if status == 429:
+            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            return self.finish(Outcome.HTTP_429, message, status, retry_after_seconds=retry_after)
+        if 400 <= status < 500:
+            outcome = Outcome.HTTP_4XX
+        elif status >= 500:
+            outcome = Outcome.HTTP_5XX
+        else:
+            outcome = Outcome.PROTOCOL_ERROR
+        return self.finish(outcome, message, status)
 
     def _timed_out(self, exc: TimeoutError, total_reached: bool) -> RequestResult:
         timeouts = self.spec.timeouts
@@ -443,28 +480,6 @@ async def _error_snippet(resp: aiohttp.ClientResponse) -> str:
     except (TimeoutError, aiohttp.ClientError, OSError):
         pass
     return _printable(body[:_ERROR_BODY_BYTES].decode(errors="replace"))
-
-
-async def _http_failure(resp: aiohttp.ClientResponse, finish: Finish) -> RequestResult:
-    status = resp.status
-    if 300 <= status < 400:
-        # Not followed: a 302 would turn the POST into a GET elsewhere, a 307 re-send the
-        # prompt (and headers) to wherever the server points.
-        location = _printable(resp.headers.get("Location", ""))
-        return finish(
-            Outcome.PROTOCOL_ERROR, f"HTTP {status} redirect (not followed) to {location!r}", status
-        )
-    message = f"HTTP {status}: {await _error_snippet(resp)}"
-    if status == 429:
-        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-        return replace(finish(Outcome.HTTP_429, message, status), retry_after_seconds=retry_after)
-    if 400 <= status < 500:
-        outcome = Outcome.HTTP_4XX
-    elif status >= 500:
-        outcome = Outcome.HTTP_5XX
-    else:
-        outcome = Outcome.PROTOCOL_ERROR
-    return finish(outcome, message, status)
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -2,7 +2,8 @@
 
 `StreamState` turns decoded events (OpenAI SSE chunks, or Ollama's newline-delimited JSON) into
 the counts and stamps of a `RequestResult`. It knows nothing of HTTP or timeouts: `request`
-feeds it reads and asks it for the result.
+feeds it reads, asks it for its `Verdict` on a body that ended (`conclude`), and has it build
+the result once, from the outcome the exchange settled on and the connection's stamps.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ import importlib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from prober.logs import redact
 from prober.result import MAX_COUNT, FinishReason, Outcome, RequestResult, TokenSource
 from prober.sse import LineSplitter, SSEParser, StreamError
-
-Finish = Callable[..., RequestResult]
-"""`finish(outcome, error="", status=None) -> RequestResult`, bound by `request`."""
 
 
 def _pick_loads() -> Callable[[str | bytes], Any]:
@@ -112,6 +111,14 @@ def safe_id(value: Any) -> str:
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How a stream whose body ended without a transport fault went, as it alone can tell."""
+
+    outcome: Outcome
+    error: str = ""
+
+
 class StreamState:
     """Accumulates one response stream; `done` turns true at its proper end."""
 
@@ -150,6 +157,11 @@ class StreamState:
         self._text_chars = 0
 
     # -- feeding ---------------------------------------------------------------------------
+
+    def first_byte(self, t_ns: int) -> None:
+        """A read of the body arrived at `t_ns`; the first one is the first byte."""
+        if self.t_first_byte_ns is None:
+            self.t_first_byte_ns = t_ns
 
     def feed(self, reader: SSEParser | LineSplitter, chunk: bytes, t_ns: int) -> int:
         """Parse one read stamped `t_ns`; return how many events it completed.
@@ -288,20 +300,21 @@ class StreamState:
 
     # -- concluding ------------------------------------------------------------------------
 
-    def conclude(self, finish: Finish) -> RequestResult:
-        """The outcome of a stream whose body ended without a transport fault."""
+    def conclude(self) -> Verdict:
+        """The verdict on a stream whose body ended without a transport fault."""
         if not self.done and self.finish_reason is None:
             end = "final done:true line" if self.ndjson else "[DONE]"
-            return finish(Outcome.PROTOCOL_ERROR, f"stream ended without {end}")
+            return Verdict(Outcome.PROTOCOL_ERROR, f"stream ended without {end}")
         if not self.token_event_ns:
-            return finish(Outcome.PROTOCOL_ERROR, "stream carried no token")
-        return finish(Outcome.OK)
+            return Verdict(Outcome.PROTOCOL_ERROR, "stream carried no token")
+        return Verdict(Outcome.OK)
 
     def result(
         self,
         outcome: Outcome,
-        error: str,
-        status: int | None,
+        *,
+        error: str = "",
+        status: int | None = None,
         t_sched_ns: int,
         t_send_ns: int,
         t_end_ns: int,

@@ -52,9 +52,11 @@ def sse(*objects: str) -> bytes:
 def feed_all(state: StreamState, reader: SSEParser | LineSplitter, data: bytes) -> RequestResult:
     state.feed(reader, data, 100)
     state.close(reader, 200)
-    return state.conclude(
-        lambda outcome, error="", status=None: state.result(outcome, error, status, 0, 10, 300, 0.0)
-    )
+    verdict = state.conclude()
+    return state.result(
+        verdict.outcome, error=verdict.error, t_sched_ns=0, t_send_ns=10, t_end_ns=300,
+        wall_start=0.0,
+    )  # fmt: skip
 
 
 def assert_bounded(r: RequestResult) -> None:

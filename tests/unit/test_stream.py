@@ -17,11 +17,13 @@ OLLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "ollama"
 T_SCHED, T_SEND, T_END = 0, 10, 1_000_000
 
 
-def finisher(state: StreamState) -> Any:
-    def finish(outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
-        return state.result(outcome, error, status, T_SCHED, T_SEND, T_END, 0.0)
-
-    return finish
+def concluded(state: StreamState) -> RequestResult:
+    """The result `request` builds from the state's verdict on a body that ended."""
+    verdict = state.conclude()
+    return state.result(
+        verdict.outcome, error=verdict.error,
+        t_sched_ns=T_SCHED, t_send_ns=T_SEND, t_end_ns=T_END, wall_start=0.0,
+    )  # fmt: skip
 
 
 def event(obj: Any) -> bytes:
@@ -37,7 +39,7 @@ def run_sse(*events: Any, done: bool = True) -> tuple[StreamState, RequestResult
     for i, item in enumerate(items, start=1):
         state.feed(parser, event(item), 100 * i)
     state.close(parser, 100 * (len(items) + 1))
-    return state, state.conclude(finisher(state))
+    return state, concluded(state)
 
 
 # Shapes as vLLM / OpenAI send them (`stream_options.include_usage` on).
@@ -291,7 +293,7 @@ def run_ollama(data: bytes, cuts: list[int] | None = None) -> tuple[StreamState,
     for i, read in enumerate(reads, start=1):
         state.feed(splitter, read, 100 * i)
     state.close(splitter, 100 * (len(reads) + 1))
-    return state, state.conclude(finisher(state))
+    return state, concluded(state)
 
 
 def ollama_fixture(name: str) -> bytes:

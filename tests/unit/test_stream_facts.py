@@ -43,10 +43,11 @@ def run(events: list[bytes], *, ndjson: bool = False) -> RequestResult:
         t += 10 * MS
     state.close(reader, t)
 
-    def finish(outcome: Outcome, error: str = "", status: int | None = None) -> RequestResult:
-        return state.result(outcome, error, status, 0, 50 * MS, t, 0.0)
-
-    return state.conclude(finish)
+    verdict = state.conclude()
+    return state.result(
+        verdict.outcome, error=verdict.error, t_sched_ns=0, t_send_ns=50 * MS, t_end_ns=t,
+        wall_start=0.0,
+    )  # fmt: skip
 
 
 def ollama(obj: dict[str, Any]) -> bytes:
