@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import Literal
 
-Arrival = Literal["poisson", "constant"]
+from prober.kinds import Arrival
 
 
 def arrival_offsets(kind: Arrival, rate: float, seed: int | None = None) -> Iterator[float]:

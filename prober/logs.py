@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from typing import Any, Literal
+from typing import Any
 
 import structlog
+
+from prober.kinds import LogFormat
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 REDACTED = "[REDACTED]"
@@ -122,9 +124,7 @@ def _redact_secrets(_: Any, __: str, event_dict: Any) -> Any:
     return {k: v if k == "exc_info" else _redact_value(v) for k, v in event_dict.items()}
 
 
-def setup_logging(
-    fmt: Literal["auto", "json", "console"] = "auto", level: str = "info", stream: object = None
-) -> None:
+def setup_logging(fmt: LogFormat = "auto", level: str = "info", stream: object = None) -> None:
     """Configure structlog and the stdlib root logger once, for the whole process."""
     out = stream if stream is not None else sys.stdout
     pretty = fmt == "console" or (fmt == "auto" and hasattr(out, "isatty") and out.isatty())

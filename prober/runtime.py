@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
-from typing import Literal
 
-EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
+from prober.kinds import EventLoopChoice as EventLoopChoice  # re-exported
+
 GC_THRESHOLDS = (10_000, 10, 10)
 
 

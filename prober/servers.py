@@ -47,12 +47,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
 
 import aiohttp
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+
+from prober.kinds import Engine
 
 __all__ = [
     "Engine",
@@ -69,15 +70,6 @@ _ACCEPT = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"}
 _SNIPPET_CHARS = 200
 
 SampleIndex = Mapping[str, list[float]]
-
-
-class Engine(StrEnum):
-    """An inference engine whose /metrics this module understands."""
-
-    vllm = "vllm"
-    llamacpp = "llamacpp"
-    sglang = "sglang"
-    tgi = "tgi"
 
 
 class ServerMetricsError(ValueError):

@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 
 import yaml
 import yarl
@@ -35,9 +35,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from prober.kinds import Api, Arrival, Connection, Engine, EventLoopChoice, LogFormat, LogLevel
 from prober.logs import register_secret
-from prober.request import Api
-from prober.runtime import EventLoopChoice
 from prober.webconfig import load_web_config
 
 # Every duration is finite and at most a week: an `.inf` or 1e300 would pass a plain `gt=0`
@@ -108,7 +107,7 @@ class LoadConfig(_Strict):
     """Open-loop background load: arrivals on an absolute schedule, capped in flight."""
 
     rate: Annotated[float, Field(gt=0, le=10_000)]
-    arrival: Literal["poisson", "constant"] = "poisson"
+    arrival: Arrival = "poisson"
     max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 64
     prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     prompt_tokens_spread: Annotated[float, Field(ge=0, lt=1)] = 0.0
@@ -146,12 +145,12 @@ class TargetConfig(_Strict):
     tls: TlsConfig = TlsConfig()
     extra_body: dict[str, Any] = {}
     metrics_url: str | None = None
-    engine: Literal["vllm", "llamacpp", "sglang", "tgi"] | None = None
+    engine: Engine | None = None
     metrics_interval_seconds: Annotated[float, Field(ge=0.5, le=MAX_SECONDS)] = 5.0
     load: LoadConfig | None = None
     # pooled: keep-alive connections are reused; fresh: every request opens its own (what a
     # new user meets: resolve, connect and TLS in every probe's phases).
-    connection: Literal["pooled", "fresh"] = "pooled"
+    connection: Connection = "pooled"
     # The engine's parallel slots (vLLM --max-num-seqs, llama-server -np, OLLAMA_NUM_PARALLEL):
     # a hint for the queue estimate, which learns them when unset.
     slots: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
@@ -269,8 +268,8 @@ class ServerConfig(_Strict):
 
 
 class LoggingConfig(_Strict):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["auto", "json", "console"] = "auto"
+    level: LogLevel = "info"
+    format: LogFormat = "auto"
     log_prompts: bool = False
 
 

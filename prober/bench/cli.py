@@ -18,7 +18,7 @@ from typing import Any
 
 from prober.bench.config import BenchConfig, Mode, parse_levels
 from prober.bench.runner import BenchRunner, PreflightError
-from prober.request import Api
+from prober.kinds import ARRIVALS, EVENT_LOOPS, Api
 from prober.runtime import LoopUnavailable, new_event_loop, tune_gc
 from prober.settings import ConfigError
 
@@ -61,7 +61,7 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--concurrency", metavar="C,C,...", default="1,2,4,8",
                    help="closed-loop levels (default 1,2,4,8)")  # fmt: skip
     p.add_argument("--levels", metavar="R,R,...", help="open-loop rates in req/s (--mode rate)")
-    p.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
+    p.add_argument("--arrival", choices=ARRIVALS, default="poisson")
     for flag, metavar, text in _VALUES:
         p.add_argument(flag, metavar=metavar, help=text)
     p.add_argument("--no-cache-bust", action="store_true",
@@ -83,7 +83,7 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--scale-name", metavar="NAME", default="vllm",
                    help="Deployment and prober target name in the emitted objects "
                    "(default vllm)")  # fmt: skip
-    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                    help="the client's loop, as the daemon's server.event_loop (auto: uvloop "
                    "when installed)")  # fmt: skip
 

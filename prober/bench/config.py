@@ -11,12 +11,11 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from prober.request import Api
-from prober.runtime import EventLoopChoice
+from prober.kinds import EVENT_LOOPS, Api, Arrival, EventLoopChoice
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo
 
@@ -60,7 +59,7 @@ class BenchConfig:
     warmup: int = 2
     seed: int = 0
     api: Api = Api.CHAT
-    arrival: Literal["poisson", "constant"] = "poisson"
+    arrival: Arrival = "poisson"
     slo_ttft_seconds: float = 2.0
     slo_tpot_seconds: float = 0.2
     slo_e2e_seconds: float | None = None
@@ -104,7 +103,7 @@ class BenchConfig:
             raise ValueError(f"--capacity-goodput: must be in (0, 1], got {self.capacity_goodput}")
         if self.api_key_env is not None and not os.environ.get(self.api_key_env):
             raise ValueError(f"--api-key-env: environment variable {self.api_key_env} is unset")
-        if self.event_loop not in ("auto", "uvloop", "asyncio"):
+        if self.event_loop not in EVENT_LOOPS:
             raise ValueError(f"--event-loop: auto, uvloop or asyncio, got {self.event_loop!r}")
         # Built once here so a bad URL or model is a flag error, not a failure mid-sweep.
         self.target_config()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from prober.sim.config import REASONING_FIELDS, SimConfig
+from prober.kinds import REASONING_FIELDS
+from prober.sim.config import SimConfig
 from prober.sim.faults import parse_fault
 
 # flag, SimConfig field, type, help

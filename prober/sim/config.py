@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from prober.kinds import REASONING_FIELDS
 from prober.sim.faults import validate_rates
-
-REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
 def _check_int(name: str, value: object, low: int) -> None:
