@@ -223,16 +223,16 @@ class QueueEstimator:
         self._prefills.append(prefill)
         wait = max(0.0, to_first - prefill)
         if _decoded(result):
-            decode = (result.t_end_ns - result.t_first_token_ns) / 1e9
+            # A slot is free once the last token is out: the end of the stream (usage,
+            # [DONE]) can reach the client after the next request already has that slot.
+            assert result.t_last_token_ns is not None
+            decode = (result.t_last_token_ns - result.t_first_token_ns) / 1e9
             now = self._clock()
             self._recent.append((now, wait, decode))
             self._sums[0] += wait
             self._sums[1] += decode
             self._forget_before(now - self._window)
             slot_start = result.t_first_token_ns / 1e9 - prefill
-            # A slot is free once the last token is out: the end of the stream (usage,
-            # [DONE]) can reach the client after the next request already has that slot.
-            assert result.t_last_token_ns is not None
             peak = self._occupancy.add(slot_start, result.t_last_token_ns / 1e9)
             if self.own_load is not None:
                 self.own_load.slots = max(self.own_load.slots, peak)
@@ -293,8 +293,13 @@ def _tokens_per_event(result: RequestResult) -> float:
 def _companion_stretches(
     primary: RequestResult, companion: RequestResult
 ) -> tuple[tuple[float, int], ...]:
-    """The companion's decode beside the first probe (one own sequence) and after it (none)."""
-    end = primary.t_end_ns
+    """The companion's decode beside the first probe (one own sequence) and after it (none).
+
+    The first probe's decode ends with its last token, as everywhere in the estimate: its
+    slot is free then, whenever the rest of its stream reaches the client."""
+    end = primary.t_last_token_ns
+    if end is None:
+        return ()
     per_event = _tokens_per_event(companion)
     stamps = companion.token_event_ns
     beside = median_gap([t for t in stamps if t <= end], per_event)
