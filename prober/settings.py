@@ -27,17 +27,19 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from prober.kinds import Api, Arrival, Connection, Engine, EventLoopChoice, LogFormat, LogLevel
 from prober.logs import register_secret
-from prober.webconfig import load_web_config
+from prober.webconfig import WebConfig, WebConfigError, load_web_config
 
 # Every duration is finite and at most a week: an `.inf` or 1e300 would pass a plain `gt=0`
 # and then overflow every timer and timedelta built from it.
@@ -233,6 +235,7 @@ class ServerConfig(_Strict):
     grace_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     web_config_file: Path | None = None  # exporter-toolkit shape: TLS, basic auth
     event_loop: EventLoopChoice = "auto"  # auto: uvloop when installed (prober/runtime.py)
+    _web: WebConfig = PrivateAttr(default_factory=WebConfig)
 
     @field_validator("event_loop")
     @classmethod
@@ -241,12 +244,20 @@ class ServerConfig(_Strict):
             raise ValueError("uvloop is not installed (pip install 'llm-prober[fast]')")
         return value
 
-    @field_validator("web_config_file")
-    @classmethod
-    def _web_config(cls, value: Path | None) -> Path | None:
-        if value is not None:
-            load_web_config(value)  # WebConfigError is a ValueError naming the key at fault
-        return value
+    @model_validator(mode="after")
+    def _web_config(self) -> Self:
+        # Read once, here: the app serves the config validated at start-up, not a second read.
+        if self.web_config_file is not None:
+            try:
+                self._web = load_web_config(self.web_config_file)
+            except WebConfigError as exc:  # it names the key at fault
+                raise field_error("web_config_file", str(exc), self.web_config_file) from None
+        return self
+
+    @property
+    def web_config(self) -> WebConfig:
+        """The validated `web_config_file` (plain HTTP, no auth when unset)."""
+        return self._web
 
     @field_validator("listen")
     @classmethod
@@ -497,6 +508,13 @@ def _api_key_variables(data: dict[str, Any]) -> set[str]:
         for t in targets
         if isinstance(t, dict) and isinstance(t.get("api_key_env"), str)
     }
+
+
+def field_error(field: str, reason: str, value: object) -> ValidationError:
+    """A model validator's error attributed to one of its fields, as a field validator's is."""
+    error = PydanticCustomError("value_error", "{reason}", {"reason": reason})
+    details = InitErrorDetails(type=error, loc=(field,), input=value)
+    return ValidationError.from_exception_data("config", [details])
 
 
 def _problems(exc: ValidationError) -> list[str]:

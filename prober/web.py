@@ -37,7 +37,7 @@ from prober.result import RequestResult
 from prober.schedule import ProbeScheduler, cancelled_result, log_probe
 from prober.settings import Settings
 from prober.targets import Target
-from prober.webconfig import WebConfig, load_web_config
+from prober.webconfig import WebConfig
 from prober.wire import client_session
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -77,8 +77,7 @@ PROBE_RETRY_AFTER_SECONDS = 1
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
-    web_file = settings.server.web_config_file
-    web_config = load_web_config(web_file) if web_file is not None else WebConfig()
+    web_config = settings.server.web_config  # read and validated once, by load_settings
     app = web.Application(middlewares=web_config.middlewares())
     app[SETTINGS] = settings
     app[WEB_CONFIG] = web_config
