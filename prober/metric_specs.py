@@ -6,7 +6,7 @@ README check read the names from here instead of listing them again. A new metri
 here, added to `SPECS`, and one call of `counter`/`gauge`/`histogram`/`gauge_family` where
 it is recorded.
 
-Names follow DESIGN section 4: prefix `llmprober_`, base units, counters end in `_total`.
+Names follow docs/design.md §5: prefix `llmprober_`, base units, counters end in `_total`.
 `name` is the name the README and queries use (`llmprober_requests_total`); prometheus-client
 strips a counter's `_total` into its family name itself, so the exposition is the same.
 Labels come from configuration only (`target`, `model`, `mode`) or from closed sets, so

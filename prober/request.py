@@ -1,7 +1,7 @@
 """One streamed request → `RequestResult`. The only module that talks to the HTTP client.
 
 `stream_request` never raises for server or network faults: every fault becomes an outcome
-(DESIGN section 1). Only cancellation propagates. Stamps are taken when a read returns, before
+(docs/design.md §3). Only cancellation propagates. Stamps are taken when a read returns, before
 any parsing, so JSON decoding never inflates a latency.
 
 With a session from `wire.request_session` (the daemon's, the bench's), `t_send` is when the
@@ -188,7 +188,7 @@ class _Exchange:
             t_begin_ns=self.t_begin_ns,
             t_resolved_ns=sent.dns_end_ns or None,
             t_tcp_ns=self.tcp_ns,
-            # A reused connection was ready as the attempt began (DESIGN: t_connected).
+            # A reused connection was ready as the attempt began (docs/design.md §2).
             t_connected_ns=self.t_start_ns if sent.reused else (sent.created_ns or None),
             reused=True if sent.reused else (False if sent.created_ns else None),
             retry_after_seconds=retry_after_seconds,

@@ -15,7 +15,7 @@ MAX_COUNT = 1 << 53
 
 
 class Outcome(StrEnum):
-    """Exactly one per request (DESIGN section 1)."""
+    """Exactly one per request (docs/design.md §3)."""
 
     OK = "ok"
     TIMEOUT_CONNECT = "timeout_connect"
@@ -84,7 +84,7 @@ class RequestResult:
     tokens_lower_bound: bool = False
     # Why `usage` was not the source (empty when it was, or when no token came).
     token_fallback: str = ""
-    # Connection set-up (DESIGN's phases). `t_begin`: the prober began the attempt; None
+    # Connection set-up (docs/design.md §2, phases). `t_begin`: the prober began the attempt; None
     # for a result that never started one (dispatch lag then falls back to `t_send`).
     t_begin_ns: int | None = None
     t_resolved_ns: int | None = None  # name resolution done (None: no lookup was made)

@@ -1,4 +1,4 @@
-"""Pure timing maths of one request (DESIGN section 1, binding).
+"""Pure timing maths of one request (docs/design.md §2 and §4, binding).
 
     dispatch lag = t_begin − t_sched              (the prober's own lateness only)
     TTFT         = t_first_token − t_sched        (any channel; includes dispatch lag)

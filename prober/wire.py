@@ -14,7 +14,7 @@ the event loop gets to it, after every callback queued before it:
   when the loop last handed it bytes from the socket, and the reader stamps each read with
   that instant: never before the bytes it returns arrived, never after the read returned.
 
-The same trace notes the connection's set-up for the phases (DESIGN section 1): name
+The same trace notes the connection's set-up for the phases (docs/design.md §2): name
 resolution (`on_dns_resolvehost_*`, absent for an IP address or a cached name), whether a
 pooled connection was reused (`on_connection_reuseconn`), and when a new one was ready
 (`on_connection_create_end`). TCP-connected-before-TLS comes from the protocol itself:

@@ -7,7 +7,7 @@ Definitions (docs/bench.md states them for users):
 
 - latency distributions (TTFT, TTFO, TPOT, ITL, E2E) are over successful requests; every
   failure is counted in `outcomes` and fails goodput. TTFT/TTFO/E2E count from `t_sched`
-  (DESIGN section 1), so open-loop figures include any client lateness.
+  (docs/design.md §2), so open-loop figures include any client lateness.
 - the level window runs from the first `t_sched` to the last `t_end`; throughputs divide
   by it.
 - Little's law, over the window: L = ∫ in-flight(t) dt / T with a request in flight from

@@ -1,6 +1,6 @@
 """Queue-depth estimate versus a real llama-server's `llamacpp:requests_deferred`.
 
-The acceptance test of DESIGN section 3: 4 slots, the prober's own background load at 0.2× to
+The acceptance test of docs/design.md §6: 4 slots, the prober's own background load at 0.2× to
 1.5× the capacity measured first in this test; at every level the mean absolute error of the
 waiting estimate must be at most max(1 request, 20 % of the mean true depth). The bound is
 binding: if the estimate misses it, improve the method, never the bound.

@@ -1,4 +1,4 @@
-"""Queue-depth estimate versus the simulator's exact waiting count (DESIGN section 3).
+"""Queue-depth estimate versus the simulator's exact waiting count (docs/design.md §6).
 
 Bound (binding, from the issue): at every load level the mean absolute error of the waiting
 estimate is at most max(1 request, 20 % of the mean true depth).
