@@ -16,9 +16,11 @@ escaping) goes to `make_aiohttp_handler` itself. tests/unit/test_exposition.py h
 outputs equal, byte for byte, over generated registries.
 
 This reads prometheus-client internals (`_metrics`, `_buckets`, `_value`, `_created`, the
-registry's collector list). Anything unexpected turns the fast path off for that metric or
-that scrape, never into different output; the byte-equality tests pin the behaviour on every
-upgrade.
+registry's collector list). A shape it does not know turns the fast path off for that metric
+or that scrape; any exception while rendering (an upgrade that moved an internal) hands that
+scrape to `make_aiohttp_handler`, counts it in `llmprober_exposition_fallback_total` and is
+logged once (`exposition_fallback`): never a failed scrape, never different output. The
+byte-equality tests pin the behaviour, and pyproject.toml the versions they ran against.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from functools import partial
+from importlib import metadata
 from itertools import accumulate
 from typing import Any
 
@@ -33,12 +36,14 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 from prometheus_client import Counter, Gauge, Histogram, exposition
 from prometheus_client import metrics as client_metrics
+from prometheus_client import validation as client_validation
 from prometheus_client import values as client_values
 from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString as _go_string
-from prometheus_client.validation import _is_valid_legacy_labelname, _is_valid_legacy_metric_name
+
+from prober.logs import get_logger
 
 TEXT, OPENMETRICS = "text", "openmetrics"
 _ESCAPINGS = (openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8)
@@ -46,6 +51,7 @@ _KINDS = (Counter, Gauge, Histogram)
 _EOF = "# EOF\n"
 floatToGoString: Callable[[float], str] = _go_string  # untyped upstream
 _generate_openmetrics: Callable[..., bytes] = openmetrics.generate_latest
+_log = get_logger("prober.exposition")
 
 
 def fmt(value: float) -> str:
@@ -122,9 +128,11 @@ class _Family:
             return False
         suffixes = ("", "_total", "_bucket", "_count", "_sum", "_created")
         labels = (*metric._labelnames, "le")
-        return all(_is_valid_legacy_metric_name(metric._name + s) for s in suffixes) and all(
-            map(_is_valid_legacy_labelname, labels)
-        )
+        # Private helpers, read here (inside a guarded render) rather than imported: an
+        # upgrade without them must not break the import.
+        valid_name = client_validation._is_valid_legacy_metric_name
+        valid_label = client_validation._is_valid_legacy_labelname
+        return all(valid_name(metric._name + s) for s in suffixes) and all(map(valid_label, labels))
 
     def children(self) -> list[tuple[tuple[str, ...], Any]] | None:
         metric: Any = self.metric
@@ -220,24 +228,36 @@ class _One:
         return self.collector.collect()
 
 
-class FastExposition:
-    """Renders a registry as prometheus-client would; `None` where it cannot vouch for that."""
+def fallback_counter(registry: CollectorRegistry) -> Counter:
+    """`llmprober_exposition_fallback_total`, declared on `registry` (once per registry)."""
+    return Counter(
+        "llmprober_exposition_fallback",
+        "Scrapes of /metrics the fast renderer failed on (prometheus-client internals it does"
+        " not know), served by prometheus-client's own handler instead.",
+        registry=registry,
+    )
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+
+class FastExposition:
+    """Renders a registry as prometheus-client would; `None` where it cannot vouch for that.
+
+    `fallbacks` counts the renders that raised (and so returned None); the first is logged.
+    """
+
+    def __init__(self, registry: CollectorRegistry, fallbacks: Counter | None = None) -> None:
         self.registry = registry
+        self.fallbacks = fallbacks
         self._families: dict[int, _Family | None] = {}
+        self._logged = False
 
     def collectors(self) -> list[Collector] | None:
         registry: Any = self.registry
         if client_values.ValueClass is not client_values.MutexValue:
             return None  # multiprocess mode: values live in files
-        try:
-            with registry._lock:
-                if registry._target_info:
-                    return None
-                return list(registry._collector_to_names)
-        except AttributeError:
-            return None
+        with registry._lock:  # a registry without these raises: a counted fallback
+            if registry._target_info:
+                return None
+            return list(registry._collector_to_names)
 
     def family(self, collector: Collector) -> _Family | None:
         key = id(collector)
@@ -249,6 +269,29 @@ class FastExposition:
 
     def render(self, form: str, escaping: str = openmetrics.UNDERSCORES) -> bytes | None:
         """The exposition in `form` (TEXT or OPENMETRICS 1.0.0), or None: ask the library."""
+        try:
+            return self._render(form, escaping)
+        except Exception as exc:
+            # Private reads can fail in any way after an upgrade; the library's public path
+            # still works, so this scrape is its (one output either way, never a 500).
+            self._fell_back(exc)
+            return None
+
+    def _fell_back(self, exc: Exception) -> None:
+        self._families = {}  # whatever was cached may be what broke
+        if self.fallbacks is not None:
+            self.fallbacks.inc()
+        if not self._logged:
+            self._logged = True
+            _log.warning(
+                "exposition_fallback",
+                error=f"{type(exc).__name__}: {exc}",
+                prometheus_client=metadata.version("prometheus-client"),
+                note="/metrics served by prometheus-client; counted in "
+                "llmprober_exposition_fallback_total, logged once",
+            )
+
+    def _render(self, form: str, escaping: str) -> bytes | None:
         collectors = self.collectors()
         if collectors is None or escaping not in _ESCAPINGS:
             return None
@@ -291,9 +334,12 @@ def negotiate(accept: str) -> tuple[str | None, str, str]:
 
 
 def metrics_handler(registry: CollectorRegistry) -> Handler:
-    """`make_aiohttp_handler(registry)`, rendered by `FastExposition` where it can vouch."""
+    """`make_aiohttp_handler(registry)`, rendered by `FastExposition` where it can vouch.
+
+    Declares `llmprober_exposition_fallback_total` on `registry`: one handler per registry.
+    """
     library = make_aiohttp_handler(registry)
-    fast = FastExposition(registry)
+    fast = FastExposition(registry, fallback_counter(registry))
 
     async def handler(request: web.Request) -> web.StreamResponse:
         if "name[]" in request.query:
