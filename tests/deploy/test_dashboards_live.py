@@ -12,7 +12,6 @@ Runs only where the daemon exists (`prober.cli`) and Prometheus is installed
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tests.deploy.helpers import (
     RULES_DIR,
     recording_rules,
 )
+from tests.support.net import free_port, wait_http
 
 pytestmark = pytest.mark.prometheus
 
@@ -44,25 +44,6 @@ SUBSTITUTIONS = {
     "$model": ".*",
     "$mode": ".*",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 def substitute(expr: str) -> str:
@@ -165,14 +146,14 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 tmp / "sim.log",
             )
         )
-        wait_http(f"http://127.0.0.1:{sim_port}/metrics")
+        wait_http(f"http://127.0.0.1:{sim_port}/metrics", timeout=30)
         procs.append(
             start(
                 [sys.executable, "-m", "prober.cli", "run", "--config", str(tmp / "prober.yml")],
                 tmp / "daemon.log",
             )
         )
-        wait_http(f"http://127.0.0.1:{daemon_port}/-/healthy")
+        wait_http(f"http://127.0.0.1:{daemon_port}/-/healthy", timeout=30)
         procs.append(
             start(
                 [
@@ -184,7 +165,7 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 tmp / "prometheus.log",
             )
         )
-        wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", timeout=30)
         time.sleep(WARMUP_SECONDS)
         yield Prometheus(f"http://127.0.0.1:{prom_port}")
     finally:

@@ -16,7 +16,6 @@ is shown if it fails to start.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+
+from tests.support.net import free_port
 
 Scope = Literal["session", "package", "module", "class", "function"]
 START_TIMEOUT_SECONDS = 120.0
@@ -49,13 +50,6 @@ def engine_paths() -> tuple[Path, Path]:
             pytest.fail(reason)
         pytest.skip(reason)
     return binary, model
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _healthy(base: str) -> bool:

@@ -26,8 +26,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.integration.daemon import daemon, free_port, scrape, value
+from tests.integration.daemon import daemon, scrape, value
 from tests.integration.engine import _healthy
+from tests.support.net import free_port
 
 # The engine's own names for its queue (llama-server; the simulator speaks vLLM's).
 _WAITING = ("llamacpp:requests_deferred", "vllm:num_requests_waiting")

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.integration.daemon import free_port
+from tests.support.net import free_port, wait_http
+from tests.support.process import CLI, process
 
-CLI = [sys.executable, "-m", "prober.cli"]
 MINIMAL = """\
 server:
   listen: "127.0.0.1:{port}"
@@ -27,32 +23,6 @@ targets:
     url: http://127.0.0.1:{sim}/v1
     model: any
 """
-
-
-@contextmanager
-def process(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-
-
-def wait_http(url: str, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return str(resp.read().decode())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

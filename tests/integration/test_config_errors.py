@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from prober.cli import main
-from tests.integration.test_web_tls import self_signed_cert
+from tests.support.tls import self_signed_cert
 
 TARGET = {"name": "a", "url": "http://127.0.0.1:1/v1", "model": "m"}
 Case = Callable[[Path], dict[str, object]]

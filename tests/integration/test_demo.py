@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.integration.test_cli import CLI, process, wait_http
+from tests.support.net import wait_http
+from tests.support.process import CLI, process
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,28 +20,23 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import ssl
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import aiohttp.connector
 import pytest
-from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from prober.request import Api, RequestSpec, Timeouts, stream_request
-from prober.sim import SimConfig
-from prober.sim import build_app as build_sim
 from prober.sim.faults import FAULT_HEADER
-from tests.integration.daemon import bound_port_of, daemon, scrape, simulator, value, wait_for
+from tests.integration.daemon import daemon, scrape, simulator, value, wait_for
 from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of, hostile_server
-from tests.integration.test_web_tls import closed_port, self_signed_cert
+from tests.support.net import closed_port
+from tests.support.servers import SIM, bad_http_server, tls_simulator
+from tests.support.tls import self_signed_cert
 
-SIM = {"slots": 64, "prefill_base_seconds": 0.001, "decode_step_seconds": 0.01}
 OVERSIZED_BYTES = 3 * 1024 * 1024  # one SSE line three times the 1 MiB limit
 
 # name: (X-Sim-Fault, timeouts, expected outcome); every target also gets background load.
@@ -64,7 +59,6 @@ SIM_FAULTS: dict[str, tuple[str, dict[str, float], str]] = {
     "endless": ("endless", {"total_seconds": 1.0}, "timeout_total"),
     "close_mid_body": ("close_mid_body", {}, "protocol_error"),
 }
-BAD_HTTP_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nBad Header Line\r\n\r\n"
 HOSTILE_TIMEOUTS = {"first_token_seconds": 3, "idle_seconds": 1.0, "total_seconds": 4}
 LOAD = {"rate": 1.5, "arrival": "constant", "max_in_flight": 2, "max_tokens": 4, "seed": 1}
 MIN_LOAD_RESULTS = 2
@@ -91,42 +85,6 @@ class LocalOnlyResolver(AbstractResolver):
 @pytest.fixture
 def no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aiohttp.connector, "DefaultResolver", LocalOnlyResolver)
-
-
-@asynccontextmanager
-async def tls_simulator(cert: Path, key: str | Path) -> AsyncIterator[str]:
-    """The simulator behind TLS with a self-signed certificate; yields its https base URL."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    runner = web.AppRunner(build_sim(SimConfig(**SIM)), access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
-    try:
-        yield f"https://127.0.0.1:{bound_port_of(runner)}"
-    finally:
-        await runner.cleanup()
-
-
-@asynccontextmanager
-async def bad_http_server() -> AsyncIterator[str]:
-    """Answers every request with an unparsable HTTP header block; yields its base URL."""
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(BAD_HTTP_RESPONSE)
-            await writer.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 def open_sockets() -> int:

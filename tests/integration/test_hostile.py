@@ -32,7 +32,7 @@ from prober.timings import Slo
 from prober.web import client_session
 from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of
 from tests.integration.hostile import hostile_server as serve_hostile
-from tests.unit.test_request_local import serve
+from tests.support.servers import serve
 
 MAX_TOKENS = 4
 TIMEOUTS = Timeouts(connect_seconds=2, first_token_seconds=3, idle_seconds=1.0, total_seconds=4)

@@ -21,8 +21,8 @@ from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.result import Outcome, RequestResult
 from prober.web import INFLIGHT, client_session
 from tests.integration.daemon import daemon, simulator
-from tests.integration.test_faults import tls_simulator
-from tests.integration.test_web_tls import self_signed_cert
+from tests.support.servers import tls_simulator
+from tests.support.tls import self_signed_cert
 
 pytestmark = pytest.mark.timeout(120)
 FAST = Timeouts(connect_seconds=5, first_token_seconds=20, idle_seconds=20, total_seconds=30)

@@ -29,7 +29,7 @@ from prober.logs import setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from tests.integration.daemon import daemon, simulator, wait_for
 from tests.integration.hostile import hostile_server
-from tests.integration.test_faults import bad_http_server
+from tests.support.servers import bad_http_server
 
 KEY_ENV = "LLMPROBER_TEST_CANARY_KEY"
 ERROR_CUT = 200  # request.py keeps this many characters of an error body

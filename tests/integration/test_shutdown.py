@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.daemon import free_port
-from tests.integration.test_cli import process, wait_http
+from tests.support.net import free_port, wait_http
+from tests.support.process import process
 
 pytestmark = pytest.mark.timeout(120)
 GRACE = 2.0

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import base64
 import http.client
-import shutil
-import socket
 import ssl
-import subprocess
-import time
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,30 +23,12 @@ from aiohttp import web
 
 from prober.settings import Settings
 from prober.web import WEB_CONFIG, build_app
-from tests.integration.daemon import bound_port_of, free_port
-from tests.integration.test_cli import process
+from tests.integration.daemon import bound_port_of
+from tests.support.net import closed_port, free_port, wait_http
+from tests.support.process import process
+from tests.support.tls import self_signed_cert
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"
-
-
-def self_signed_cert(directory: Path, name: str = "server") -> tuple[Path, Path]:
-    """A self-signed EC certificate (also its own CA) for 127.0.0.1; returns (cert, key)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a test certificate")
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={name}",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    return cert, key
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +129,7 @@ def test_the_command_serves_tls_from_server_web_config_file(
     config.write_text(_yaml(data))
     context = ssl.create_default_context(cafile=str(web_files["cert"]))
     with process("run", "--config", str(config)) as proc:
-        assert _wait_https(f"https://127.0.0.1:{port}/-/healthy", context) == "OK\n"
+        assert wait_http(f"https://127.0.0.1:{port}/-/healthy", context=context) == "OK\n"
         request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
         request.add_header(*basic(USER, PASSWORD).popitem())
         with urllib.request.urlopen(request, timeout=5, context=context) as resp:
@@ -163,18 +141,6 @@ def test_the_command_serves_tls_from_server_web_config_file(
     assert proc.returncode == 0, out
     assert '"tls": true' in out
     assert '"basic_auth": true' in out
-
-
-def _wait_https(url: str, context: ssl.SSLContext, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=context) as resp:
-                return str(resp.read().decode())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def _yaml(data: dict[str, Any]) -> str:

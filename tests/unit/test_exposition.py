@@ -36,8 +36,8 @@ from prober.exposition import OPENMETRICS, TEXT, FastExposition, fmt, metrics_ha
 from prober.metrics import Labels, Metrics
 from prober.result import Outcome, TokenSource
 from prober.timings import Slo
-from tests.unit.test_request_local import serve_app
-from tests.unit.test_timings import result
+from tests.support.results import result
+from tests.support.servers import serve_app
 
 PROMETHEUS_2 = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"

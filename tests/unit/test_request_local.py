@@ -7,11 +7,7 @@ outcome would fail the test.
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -24,34 +20,11 @@ from aiohttp import web
 from prober.request import Api, RequestSpec, Timeouts, parse_retry_after, stream_request
 from prober.result import Outcome, RequestResult, TokenSource
 from prober.stream import StreamState
+from tests.support.net import closed_port
+from tests.support.servers import FAST, serve
+from tests.support.sse import chunk, sse, start_stream, streaming
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OLLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "ollama"
-FAST = Timeouts(connect_seconds=2, first_token_seconds=3, idle_seconds=3, total_seconds=5)
-
-
-@asynccontextmanager
-async def serve_app(app: web.Application) -> AsyncIterator[str]:
-    """Serve `app` on a free loopback port; yield its root URL (`http://127.0.0.1:N`)."""
-    # Cancel handlers when the client goes away, so a sleeping handler never delays teardown.
-    runner = web.AppRunner(app, shutdown_timeout=0.2, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
-
-
-@asynccontextmanager
-async def serve(handler: Handler) -> AsyncIterator[str]:
-    """Serve `handler` on every endpoint; yield the OpenAI base URL (`http://127.0.0.1:N/v1`)."""
-    app = web.Application()
-    for path in ("/v1/chat/completions", "/v1/completions", "/api/chat"):
-        app.router.add_post(path, handler)
-    async with serve_app(app) as root:
-        yield f"{root}/v1"
 
 
 async def probe(
@@ -62,15 +35,6 @@ async def probe(
     )
     async with aiohttp.ClientSession() as session:
         return await stream_request(session, spec, time.perf_counter_ns())
-
-
-def sse(obj: Any) -> bytes:
-    return b"data: " + (obj if isinstance(obj, str) else json.dumps(obj)).encode() + b"\n\n"
-
-
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return sse({"id": "chatcmpl-local", "object": "chat.completion.chunk", "choices": [choice]})
 
 
 USAGE = sse({"id": "chatcmpl-local", "choices": [], "usage": {
@@ -84,31 +48,6 @@ NORMAL = [
     USAGE,
     sse("[DONE]"),
 ]
-
-
-async def start_stream(
-    request: web.Request, content_type: str = "text/event-stream"
-) -> web.StreamResponse:
-    await request.read()
-    resp = web.StreamResponse(headers={"Content-Type": content_type})
-    await resp.prepare(request)
-    return resp
-
-
-def streaming(events: list[bytes], *, bytewise: bool = False, eof: bool = True) -> Handler:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        resp = await start_stream(request)
-        for data in events:
-            pieces = [data[i : i + 1] for i in range(len(data))] if bytewise else [data]
-            for piece in pieces:
-                await resp.write(piece)
-                if bytewise:
-                    await asyncio.sleep(0)
-        if eof:
-            await resp.write_eof()
-        return resp
-
-    return handler
 
 
 def summary(r: RequestResult) -> tuple[Any, ...]:
@@ -229,13 +168,6 @@ async def test_http_429_with_retry_after() -> None:
 
 
 # -- connection faults ---------------------------------------------------------------------
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 async def test_connection_refused() -> None:

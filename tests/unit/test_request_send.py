@@ -21,15 +21,9 @@ from aiohttp.tracing import Trace
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
 from prober.wire import request_session
-from tests.unit.test_request_local import (
-    FAST,
-    chunk,
-    closed_port,
-    serve,
-    sse,
-    start_stream,
-    streaming,
-)
+from tests.support.net import closed_port
+from tests.support.servers import FAST, serve
+from tests.support.sse import chunk, sse, start_stream, streaming
 
 
 class MarkingConnector(aiohttp.TCPConnector):

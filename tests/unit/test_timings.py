@@ -1,4 +1,4 @@
-"""prober.timings: the binding definitions (DESIGN section 1) with plain integer stamps."""
+"""prober.timings: the binding definitions (docs/design.md §2, §4) with plain integer stamps."""
 
 from __future__ import annotations
 
@@ -9,28 +9,9 @@ import pytest
 from prober import timings
 from prober.result import Outcome, RequestResult, TokenSource
 from prober.timings import Slo
+from tests.support.results import S, result
 
-S = 1_000_000_000  # ns per second
 MS = 1_000_000
-
-
-def result(outcome: Outcome = Outcome.OK, **kw: Any) -> RequestResult:
-    """A reasoning-first stream: sched 0, send 0.1 s, first reasoning token 0.5 s, first
-    answer token 1.5 s, last token 2.5 s, 11 token events, end 3 s."""
-    stamps = tuple(int(0.5 * S) + i * (S // 5) for i in range(11))
-    base: dict[str, Any] = {
-        "t_sched_ns": 0,
-        "t_send_ns": S // 10,
-        "t_end_ns": 3 * S,
-        "t_first_byte_ns": int(0.4 * S),
-        "t_first_token_ns": stamps[0],
-        "t_first_content_ns": int(1.5 * S),
-        "t_last_token_ns": stamps[-1],
-        "token_event_ns": stamps,
-        "output_tokens": len(stamps),
-    }
-    base.update(kw)
-    return RequestResult(outcome=outcome, **base)
 
 
 def test_dispatch_lag() -> None:

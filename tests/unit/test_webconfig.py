@@ -20,7 +20,7 @@ from prober import webconfig
 from prober.logs import REDACTED, get_logger, redact, register_secret, setup_logging
 from prober.settings import ConfigError, load_settings
 from prober.webconfig import BasicAuthMiddleware, WebConfigError, load_web_config
-from tests.integration.test_web_tls import self_signed_cert
+from tests.support.tls import self_signed_cert
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
 

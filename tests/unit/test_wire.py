@@ -17,7 +17,8 @@ from aiohttp import web
 
 from prober.request import Api, RequestSpec, stream_request
 from prober.wire import ArrivalStampingHandler, request_session
-from tests.unit.test_request_local import FAST, chunk, serve, sse, start_stream
+from tests.support.servers import FAST, serve
+from tests.support.sse import chunk, sse, start_stream
 
 BLOCK_SECONDS = 0.1
 

@@ -1,0 +1,87 @@
+"""Small local servers on 127.0.0.1: any aiohttp app, one handler on every endpoint, the
+simulator behind TLS, and a server whose HTTP is unparsable.
+
+Each is an async context manager that yields the server's URL and tears it down on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from prober.request import Timeouts
+from prober.sim import SimConfig, bound_port
+from prober.sim import build_app as build_sim
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Client timeouts that suit these servers: short enough that a fault case ends in seconds.
+FAST = Timeouts(connect_seconds=2, first_token_seconds=3, idle_seconds=3, total_seconds=5)
+# A quick simulator with room for many targets at once.
+SIM: dict[str, Any] = {"slots": 64, "prefill_base_seconds": 0.001, "decode_step_seconds": 0.01}
+BAD_HTTP_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nBad Header Line\r\n\r\n"
+
+
+@asynccontextmanager
+async def serve_app(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on a free loopback port; yield its root URL (`http://127.0.0.1:N`)."""
+    # Cancel handlers when the client goes away, so a sleeping handler never delays teardown.
+    runner = web.AppRunner(app, shutdown_timeout=0.2, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    """Serve `handler` on every endpoint; yield the OpenAI base URL (`http://127.0.0.1:N/v1`)."""
+    app = web.Application()
+    for path in ("/v1/chat/completions", "/v1/completions", "/api/chat"):
+        app.router.add_post(path, handler)
+    async with serve_app(app) as root:
+        yield f"{root}/v1"
+
+
+@asynccontextmanager
+async def tls_simulator(cert: Path, key: str | Path) -> AsyncIterator[str]:
+    """The simulator (`SIM`) behind TLS with a self-signed certificate; yields its https base."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    runner = web.AppRunner(build_sim(SimConfig(**SIM)), access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    try:
+        yield f"https://127.0.0.1:{bound_port(runner)}"
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def bad_http_server() -> AsyncIterator[str]:
+    """Answers every request with an unparsable HTTP header block; yields its base URL."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(BAD_HTTP_RESPONSE)
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
