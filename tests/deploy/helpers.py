@@ -1,4 +1,4 @@
-"""Helpers for the deployment-artifact tests: paths, the metric contract (DESIGN.md), YAML
+"""Helpers for the deployment-artifact tests: paths, the metric contract (docs/design.md §5), YAML
 loading and the lookup of external tools (promtool/prometheus, hadolint, kubernetes-validate).
 
 A missing tool skips its tests on a developer machine and fails them when `CI` is set, so
@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from prober.metric_specs import SPECS, Kind, names
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 RULES_DIR = DEPLOY / "prometheus" / "rules"
@@ -29,53 +31,11 @@ GRAFANA_DIR = ROOT / "grafana"
 DASHBOARDS_DIR = GRAFANA_DIR / "dashboards"
 SCHEMAS_DIR = Path(__file__).parent / "schemas"
 
-# --- the metric contract (DESIGN.md, binding) ------------------------------------------------
-HISTOGRAMS = {
-    "llmprober_ttft_seconds",
-    "llmprober_ttfo_seconds",
-    "llmprober_tpot_seconds",
-    "llmprober_itl_seconds",
-    "llmprober_e2e_seconds",
-    "llmprober_dispatch_lag_seconds",
-    "llmprober_queue_wait_seconds",
-    "llmprober_server_prefill_seconds",
-    "llmprober_server_decode_per_token_seconds",
-    "llmprober_probe_phase_seconds",
-}
-COUNTERS = {
-    "llmprober_requests_total",
-    "llmprober_requests_good_total",
-    "llmprober_tokens_total",
-    "llmprober_load_dropped_total",
-    "llmprober_server_scrape_errors_total",
-    "llmprober_probe_skipped_total",
-    "llmprober_requests_without_answer_total",
-    "llmprober_reasoning_tokens_without_answer_total",
-    "llmprober_finish_reasons_total",
-    "llmprober_token_source_total",
-    "llmprober_connections_total",
-}
-GAUGES = {
-    "llmprober_probe_success",
-    "llmprober_last_probe_timestamp_seconds",
-    "llmprober_probe_interval_seconds",
-    "llmprober_slo_ttft_seconds",
-    "llmprober_slo_tpot_seconds",
-    "llmprober_slo_e2e_seconds",
-    "llmprober_slo_ttfo_seconds",
-    "llmprober_load_in_flight",
-    "llmprober_load_target_rate",
-    "llmprober_queue_depth",
-    "llmprober_server_kv_cache_usage_ratio",
-    "llmprober_queue_estimate_basis",
-    "llmprober_engine_slots",
-    "llmprober_saturation",
-}
-EXPORTED_SERIES = (
-    COUNTERS
-    | GAUGES
-    | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
-)
+# --- the metric contract (docs/design.md §5, binding): prober/metric_specs.py's table -----
+HISTOGRAMS = names(Kind.HISTOGRAM)
+COUNTERS = names(Kind.COUNTER)
+GAUGES = names(Kind.GAUGE)
+EXPORTED_SERIES = frozenset(series for spec in SPECS for series in spec.series)
 OUTCOMES = {
     "ok",
     "timeout_connect",

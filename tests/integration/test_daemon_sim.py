@@ -11,6 +11,7 @@ import time
 import aiohttp
 import pytest
 
+from prober.metric_specs import REQUEST_LATENCY
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
 from prober.settings import Settings
@@ -18,14 +19,7 @@ from prober.timings import tpot, ttft
 from prober.web import CAPACITY, METRICS, PROBED, build_app, client_session
 from tests.integration.daemon import daemon, scrape, simulator, value, wait_for
 
-HISTOGRAMS = (
-    "llmprober_ttft_seconds",
-    "llmprober_ttfo_seconds",
-    "llmprober_tpot_seconds",
-    "llmprober_itl_seconds",
-    "llmprober_e2e_seconds",
-    "llmprober_dispatch_lag_seconds",
-)
+HISTOGRAMS = tuple(spec.name for spec in REQUEST_LATENCY)
 
 
 async def test_scrape_has_every_histogram_with_labels() -> None:
