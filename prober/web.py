@@ -38,7 +38,7 @@ from prober.schedule import ProbeScheduler, cancelled_result, log_probe
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig
-from prober.wire import client_session
+from prober.wire import client_session, report_stamping
 
 SETTINGS = web.AppKey("settings", Settings)
 TARGETS = web.AppKey("targets", dict[str, Target])
@@ -109,6 +109,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     app[SESSION] = client_session()
     yield
+    report_stamping(app[SESSION], app[METRICS].registry)
     await app[SESSION].close()
 
 

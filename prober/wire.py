@@ -20,21 +20,34 @@ pooled connection was reused (`on_connection_reuseconn`), and when a new one was
 (`on_connection_create_end`). TCP-connected-before-TLS comes from the protocol itself:
 asyncio builds it as soon as the socket is connected and calls `connection_made` only after
 the TLS handshake, so the two stamps bracket the handshake.
+
+Arrival stamping swaps aiohttp's private `connector._factory` (pinned in pyproject.toml to
+the versions tests/unit/test_wire.py ran on). Where the swap cannot be made, reads are
+stamped when they return (`fallback`: late by the tasks ahead, under batching); the daemon
+says which at start-up (`report_stamping`: the `stamping` log event and
+`llmprober_stamping_info{method="protocol"|"fallback"}`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Mapping
+from importlib import metadata
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+from prometheus_client import CollectorRegistry, Gauge
 
 from prober import __version__
+from prober.logs import get_logger
+
+Stamping = Literal["protocol", "fallback"]
+_log = get_logger("prober.wire")
 
 
 class SendStamp:
@@ -109,14 +122,42 @@ def client_session() -> aiohttp.ClientSession:
     return request_session(connector, {"User-Agent": f"llm-prober/{__version__}"})
 
 
+def stamping(session: aiohttp.ClientSession) -> Stamping:
+    """How `session`'s arrivals are stamped: by the protocol, or when a read returns."""
+    factory = getattr(session.connector, "_factory", None)
+    return "protocol" if getattr(factory, "func", None) is ArrivalStampingHandler else "fallback"
+
+
+def report_stamping(session: aiohttp.ClientSession, registry: CollectorRegistry) -> Stamping:
+    """Say once, at start-up, which stamping is live: a log event and an info gauge."""
+    method = stamping(session)
+    Gauge(
+        "llmprober_stamping_info",
+        "How token arrivals are stamped: protocol (when the loop received the bytes) or"
+        " fallback (when the reading task ran: late under batching; another aiohttp).",
+        ["method"],
+        registry=registry,
+    ).labels(method).set(1)
+    if method == "protocol":
+        _log.info("stamping", method=method)
+    else:
+        _log.warning(
+            "stamping", method=method, aiohttp=metadata.version("aiohttp"),
+            note="arrivals stamped when each read returns: up to ms late under batching",
+        )  # fmt: skip
+    return method
+
+
 def _stamp_arrivals(connector: aiohttp.BaseConnector) -> None:
     # aiohttp makes each connection's protocol with `connector._factory`, a partial of
     # ResponseHandler. Anything else (another aiohttp) is left alone: reads are then stamped
-    # when they return, as before, and tests/unit/test_wire.py fails.
+    # when they return, as before, `stamping()` says "fallback" and tests/unit/test_wire.py
+    # fails.
     factory = getattr(connector, "_factory", None)
     if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
-        stamping = functools.partial(ArrivalStampingHandler, *factory.args, **factory.keywords)
-        connector._factory = stamping  # type: ignore[assignment]
+        stamped = functools.partial(ArrivalStampingHandler, *factory.args, **factory.keywords)
+        with contextlib.suppress(AttributeError, TypeError):  # read-only there: the fallback
+            connector._factory = stamped  # type: ignore[assignment]
 
 
 async def _on_request_chunk_sent(
