@@ -108,8 +108,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
 
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     app[SESSION] = client_session()
-    yield
     report_stamping(app[SESSION], app[METRICS].registry)
+    yield
     await app[SESSION].close()
 
 
