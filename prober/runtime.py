@@ -1,14 +1,14 @@
 """The daemon's event loop and garbage collector, chosen for stamp accuracy.
 
 Every latency is a `perf_counter_ns()` taken when a task runs, so anything that delays a
-task delays a stamp. Two choices, both measured in docs/performance.md:
+task delays a stamp. Two choices; their figures, dated, are in docs/performance.md:
 
-- **uvloop when installed** (the `fast` extra). Same code, 200 concurrent streams: CPU per
-  token 1.47× less, dispatch lag p50 0.54 → 0.21 ms (its timers wake closer to the deadline
-  than asyncio's millisecond-rounded epoll wait). `event_loop: asyncio` opts out.
+- **uvloop when installed** (the `fast` extra): less CPU per token and a lower dispatch lag
+  on the same code (its timers wake closer to the deadline than asyncio's
+  millisecond-rounded epoll wait). `event_loop: asyncio` opts out.
 - **GC tuned after start-up.** A streamed token allocates a few dicts, so the default
-  thresholds collect every few dozen tokens, and a full collection over the start-up heap
-  (~59,000 objects: aiohttp, pydantic, prometheus-client) stalls the loop 12-17 ms.
+  thresholds collect every few dozen tokens, and a full collection over the large start-up
+  heap (aiohttp, pydantic, prometheus-client) stalls the loop for milliseconds.
   `gc.freeze()` moves that heap out of the collector's view and a gen-0 threshold of 10,000
   makes young collections rarer; nothing is leaked (cycles are still collected, later).
 """
