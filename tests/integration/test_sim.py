@@ -1,14 +1,17 @@
 """The simulator as a client sees it: real server on 127.0.0.1, real aiohttp client, no mocks.
 
-Timing tolerances: the engine schedules steps on an absolute clock, so means are tight; single
-instants carry event-loop and scheduler jitter on a shared machine, so they get a few tens of
-milliseconds. Each tolerance is stated where it is asserted.
+Timing checks hold on a loaded machine: load only ever delays a token, so each token is held
+to a lower bound that holds strictly, and what must be close (a step, a prefill, a queue wait)
+is a median over many tokens, which a few stalls do not move, under a stated upper bound. The
+engine steps on an absolute clock, so a late step is followed by a short one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -268,43 +271,89 @@ TIMED: dict[str, Any] = {
     "prefill_tokens_per_second": 1e6,
     "decode_slowdown": 0.0,
 }
+PREFILL, STEP = 0.05, 0.02  # TIMED's prefill of a short prompt; the decode step these tests use
+
+
+async def write_stamps(client: aiohttp.ClientSession, base: str, s: Stream) -> list[float]:
+    """The server's first-byte stamp, then its token write stamps, in seconds (same clock as
+    the client's `perf_counter`: the simulator runs in this process)."""
+    async with client.get(f"{base}/sim/requests/{s.headers['X-Request-Id']}") as resp:
+        stamps = await resp.json()
+    writes = stamps["token_write_ns"]
+    assert writes == sorted(writes)
+    assert stamps["first_byte_ns"] <= writes[0]
+    return [ns / 1e9 for ns in (stamps["first_byte_ns"], *writes)]
+
+
+def offsets(times: list[float], origin: float) -> list[float]:
+    """Token k's time past `origin` less k decode steps: the prefill plus whatever was late."""
+    return [t - origin - k * STEP for k, t in enumerate(times)]
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 async def test_ttft_is_prefill_and_gaps_are_decode_steps(
     sim: Start, client: aiohttp.ClientSession
 ) -> None:
-    base = await sim(decode_step_seconds=0.02, **TIMED)
-    s = await stream(client, base + CHAT, _body(20))
-    times = [t for t, _, _ in s.token_events()]
-    assert len(times) == 20
-    # Single instant: prefill 50 ms plus loopback and loop jitter; allow +25 ms, never less.
-    assert 0.050 <= times[0] - s.t_send <= 0.075
-    # Mean gap over 19 steps: the absolute step schedule keeps it within 2 ms of 20 ms.
-    assert (times[-1] - times[0]) / 19 == pytest.approx(0.020, abs=0.002)
-    # The server's own write stamps agree within 1 ms on the mean.
-    async with client.get(f"{base}/sim/requests/{s.headers['X-Request-Id']}") as resp:
-        stamps = await resp.json()
-    writes = stamps["token_write_ns"]
-    assert len(writes) == 20
-    assert writes == sorted(writes)
-    assert stamps["first_byte_ns"] <= writes[0]
-    assert (writes[-1] - writes[0]) / 19 / 1e9 == pytest.approx(0.020, abs=0.001)
+    """Load only ever delays: every token is checked against a lower bound that holds
+    strictly, and the figures that must be close (the step, the prefill) are medians over
+    many tokens and the best of three requests, which a few stalls do not move.
+
+    The engine steps on an absolute clock, so a late step is followed by a short one and the
+    median gap stays at the step; a relative sleep, a wrong step or a missing prefill fails.
+    """
+    base = await sim(decode_step_seconds=STEP, **TIMED)
+    client_gaps, server_gaps, client_prefill, server_prefill = [], [], [], []
+    for _ in range(3):
+        s = await stream(client, base + CHAT, _body(30))
+        times = [t for t, _, _ in s.token_events()]
+        assert len(times) == 30
+        first_byte, *writes = await write_stamps(client, base, s)
+        assert len(writes) == 30
+        # Token k cannot come before the prefill and k steps, counted from the request's
+        # first byte (the engine sees the request only after that) or from the client's send.
+        assert min(offsets(writes, first_byte)) >= PREFILL
+        assert min(offsets(times, s.t_send)) >= PREFILL
+        server_prefill.append(statistics.median(offsets(writes, first_byte)))
+        client_prefill.append(statistics.median(offsets(times, s.t_send)))
+        server_gaps += gaps(writes)
+        client_gaps += gaps(times)
+    # Median gap over 87 steps, written and received: within 2 ms of the 20 ms step.
+    assert statistics.median(server_gaps) == pytest.approx(STEP, abs=0.002)
+    assert statistics.median(client_gaps) == pytest.approx(STEP, abs=0.002)
+    # The prefill, as the best of three medians: at most 25 ms over its 50 ms (a second
+    # prefill or an extra step would add 50 or 20 ms to every token of every request).
+    assert min(server_prefill) <= PREFILL + 0.025
+    assert min(client_prefill) <= PREFILL + 0.025
 
 
 async def test_one_slot_queues_the_second_request(
     sim: Start, client: aiohttp.ClientSession
 ) -> None:
-    base = await sim(slots=1, decode_step_seconds=0.02, **TIMED)
+    base = await sim(slots=1, decode_step_seconds=STEP, **TIMED)
     # One request = 50 ms prefill (first token) + 19 steps of 20 ms = 430 ms.
     tasks = [asyncio.create_task(stream(client, base + CHAT, _body(20))) for _ in range(2)]
-    await asyncio.sleep(0.15)
     during = await scrape(client, base)
+    deadline = time.perf_counter() + 5
+    while during["vllm:num_requests_running"] + during["vllm:num_requests_waiting"] < 2:
+        assert time.perf_counter() < deadline, "the two requests never reached the engine"
+        await asyncio.sleep(0.01)
+        during = await scrape(client, base)
+    # Seen as soon as both are in: one decoding, one queued behind it.
     assert during["vllm:num_requests_running"] == 1
     assert during["vllm:num_requests_waiting"] == 1
     first, second = sorted(await asyncio.gather(*tasks), key=lambda s: s.token_events()[0][0])
-    ttft = [s.token_events()[0][0] - s.t_send for s in (first, second)]
-    # The second waits for the whole first request (430 ms), then pays its own prefill.
-    assert ttft[1] - ttft[0] == pytest.approx(0.43, abs=0.04)
+    first_byte = (await write_stamps(client, base, first))[0]
+    writes = (await write_stamps(client, base, second))[1:]
+    # The second waits for the whole first request (430 ms from the first's first byte at
+    # the earliest), then pays its own prefill: each of its tokens comes at least 480 ms plus
+    # its steps after the first request's first byte, whatever the load ...
+    assert min(offsets(writes, first_byte)) >= 0.43 + PREFILL
+    # ... and, on the median over its 20 tokens, within 100 ms of that (not queued: 430 ms
+    # less; queued behind two requests: 430 ms more).
+    assert statistics.median(offsets(writes, first_byte)) <= 0.43 + PREFILL + 0.1
     after = await scrape(client, base)
     assert after["vllm:num_requests_running"] == after["vllm:num_requests_waiting"] == 0
     assert after["vllm:request_success_total"] == 2
