@@ -34,11 +34,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from prober.kinds import Api, Arrival, Connection, Engine, EventLoopChoice, LogFormat, LogLevel
 from prober.logs import register_secret
+from prober.validation import field_error
+from prober.validation import field_path as field_path  # re-exported
 from prober.webconfig import WebConfig, WebConfigError, load_web_config
 
 # Every duration is finite and at most a week: an `.inf` or 1e300 would pass a plain `gt=0`
@@ -510,13 +511,6 @@ def _api_key_variables(data: dict[str, Any]) -> set[str]:
     }
 
 
-def field_error(field: str, reason: str, value: object) -> ValidationError:
-    """A model validator's error attributed to one of its fields, as a field validator's is."""
-    error = PydanticCustomError("value_error", "{reason}", {"reason": reason})
-    details = InitErrorDetails(type=error, loc=(field,), input=value)
-    return ValidationError.from_exception_data("config", [details])
-
-
 def _problems(exc: ValidationError) -> list[str]:
     return [f"{field_path(err['loc'])}: {_message(err)}" for err in exc.errors()]
 
@@ -528,15 +522,6 @@ def _message(err: Any) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown key"
     return msg
-
-
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """('targets', 0, 'url') → 'targets[0].url'."""
-    out = ""
-    for part in loc:
-        name = str(part) if str(part).isprintable() else repr(part)  # keep one problem one line
-        out += f"[{part}]" if isinstance(part, int) else (f".{name}" if out else name)
-    return out or "config"
 
 
 def _api_key_problem(index: int, target: TargetConfig) -> str:

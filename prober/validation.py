@@ -1,0 +1,102 @@
+"""How every configuration model reports a fault: one line, naming the field at fault.
+
+Settings, the bench's flags, the simulator's config and the web config file are all pydantic
+models. `OneLineModel` turns pydantic's multi-line `ValidationError` into a `ValueError` of
+one line, its first fault worded by `describe` ("slots must be >= 1, got 0"); each model says
+how a field is named in it (`problem`: a setting, a flag). `field_path` names a nested field
+the way the YAML reads (`targets[0].url`). Imports nothing from `prober` but what it names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+
+# Plain numbers, bools and text: `slots: true` or `"4"` is a typo, not a value to coerce.
+STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+_BOUNDS = {
+    "greater_than": ("gt", ">"),
+    "greater_than_equal": ("ge", ">="),
+    "less_than": ("lt", "<"),
+    "less_than_equal": ("le", "<="),
+}
+_KINDS = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "int_parsing": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "a bool",
+    "bool_parsing": "a bool",
+    "string_type": "a string",
+    "dict_type": "a mapping",
+    "mapping_type": "a mapping",
+    "tuple_type": "a list",
+    "list_type": "a list",
+}
+
+
+def describe(err: ErrorDetails) -> str:
+    """The fault without its field: 'must be > 0, got 0', or a validator's own words."""
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "value_error":  # a validator's ValueError: its text is the message
+        return str(ctx.get("error", err["msg"]))
+    if kind in _BOUNDS:
+        key, sign = _BOUNDS[kind]
+        return f"must be {sign} {_number(ctx[key])}, got {value!r}"
+    if kind == "finite_number":
+        return f"must be finite, got {value!r}"
+    if kind in _KINDS:
+        return f"must be {_KINDS[kind]}, got {value!r}"
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {ctx['expected']}, got {value!r}"
+    return str(err["msg"])
+
+
+def _number(bound: object) -> str:
+    return f"{bound:g}" if isinstance(bound, float) and math.isfinite(bound) else str(bound)
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """('targets', 0, 'url') → 'targets[0].url'."""
+    out = ""
+    for part in loc:
+        name = str(part) if str(part).isprintable() else repr(part)  # keep one problem one line
+        out += f"[{part}]" if isinstance(part, int) else (f".{name}" if out else name)
+    return out or "config"
+
+
+def field_error(field: str, reason: str, value: object) -> ValidationError:
+    """A model validator's error attributed to one of its fields, as a field validator's is."""
+    error = PydanticCustomError("value_error", "{reason}", {"reason": reason})
+    details = InitErrorDetails(type=error, loc=(field,), input=value)
+    return ValidationError.from_exception_data("config", [details])
+
+
+class OneLineModel(BaseModel):
+    """A frozen, strict model whose construction fails with one line naming the field.
+
+    The `__init__` here only converts the error: type checkers still see each model's own
+    field-by-field signature.
+    """
+
+    model_config = STRICT
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ValueError(self.problem(exc.errors()[0])) from None
+
+    @classmethod
+    def problem(cls, err: ErrorDetails) -> str:
+        """`err` as one line: the field's path, a colon, the fault."""
+        return f"{field_path(err['loc'])}: {describe(err)}"
