@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString as _go_string
 
 from prober.logs import get_logger
+from prober.metric_specs import EXPOSITION_FALLBACK, counter
 
 TEXT, OPENMETRICS = "text", "openmetrics"
 _ESCAPINGS = (openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8)
@@ -231,12 +232,7 @@ class _One:
 
 def fallback_counter(registry: CollectorRegistry) -> Counter:
     """`llmprober_exposition_fallback_total`, declared on `registry` (once per registry)."""
-    return Counter(
-        "llmprober_exposition_fallback",
-        "Scrapes of /metrics the fast renderer failed on (prometheus-client internals it does"
-        " not know), served by prometheus-client's own handler instead.",
-        registry=registry,
-    )
+    return counter(EXPOSITION_FALLBACK, registry)
 
 
 class FastExposition:

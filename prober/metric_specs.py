@@ -263,6 +263,20 @@ SERVER_KV_CACHE_USAGE = _target(
     "KV-cache usage reported by the server (0..1).",
 )  # fmt: skip
 
+# --- the daemon's own paths: which one is live (wire.py, exposition.py) -------------------
+STAMPING_INFO = MetricSpec(
+    "llmprober_stamping_info", Kind.GAUGE,
+    "How token arrivals are stamped: protocol (when the loop received the bytes) or"
+    " fallback (when the reading task ran: late under batching; another aiohttp).",
+    ("method",),
+)  # fmt: skip
+EXPOSITION_FALLBACK = MetricSpec(
+    "llmprober_exposition_fallback_total", Kind.COUNTER,
+    "Scrapes of /metrics the fast renderer failed on (prometheus-client internals it does"
+    " not know), served by prometheus-client's own handler instead.",
+    (),
+)  # fmt: skip
+
 # The client's own latency histograms: observed for every request, probe and load alike.
 REQUEST_LATENCY = (TTFT, TTFO, TPOT, ITL, E2E, DISPATCH_LAG)
 # Every metric, in the order a scrape shows them.
@@ -273,7 +287,7 @@ SPECS: tuple[MetricSpec, ...] = (
     PROBE_SUCCESS, LAST_PROBE, PROBE_INTERVAL, SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_TTFO,
     PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, SERVER_SCRAPE_ERRORS,
     QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, ENGINE_SLOTS, SATURATION,
-    SERVER_KV_CACHE_USAGE,
+    SERVER_KV_CACHE_USAGE, STAMPING_INFO, EXPOSITION_FALLBACK,
 )  # fmt: skip
 BY_NAME = {spec.name: spec for spec in SPECS}
 if len(BY_NAME) != len(SPECS):

@@ -41,10 +41,11 @@ from typing import Any, Literal
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from prober import __version__
 from prober.logs import get_logger
+from prober.metric_specs import STAMPING_INFO, gauge
 
 Stamping = Literal["protocol", "fallback"]
 _log = get_logger("prober.wire")
@@ -131,13 +132,7 @@ def stamping(session: aiohttp.ClientSession) -> Stamping:
 def report_stamping(session: aiohttp.ClientSession, registry: CollectorRegistry) -> Stamping:
     """Say once, at start-up, which stamping is live: a log event and an info gauge."""
     method = stamping(session)
-    Gauge(
-        "llmprober_stamping_info",
-        "How token arrivals are stamped: protocol (when the loop received the bytes) or"
-        " fallback (when the reading task ran: late under batching; another aiohttp).",
-        ["method"],
-        registry=registry,
-    ).labels(method).set(1)
+    gauge(STAMPING_INFO, registry).labels(method).set(1)
     if method == "protocol":
         _log.info("stamping", method=method)
     else:
