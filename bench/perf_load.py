@@ -54,8 +54,10 @@ async def _drive(
     from prometheus_client import CollectorRegistry
 
     from prober.capacity import TargetCapacity
+    from prober.estimate import OwnLoad
     from prober.load import LoadDriver
     from prober.metrics import Metrics
+    from prober.record import Recorder
     from prober.result import RequestResult
     from prober.settings import LoadConfig, TargetConfig
     from prober.targets import Target
@@ -65,7 +67,8 @@ async def _drive(
     cfg = TargetConfig(name="bench", url=f"http://127.0.0.1:{port}/v1", model="sim", load=load)
     target = Target.from_config(cfg)
     metrics = Metrics(CollectorRegistry())
-    capacity = TargetCapacity(target, metrics)
+    capacity = TargetCapacity(target, metrics, own_load=OwnLoad())
+    recorder = Recorder(metrics, {target.name: capacity})
     # Only plain ints are kept (never tracked by the GC): holding every RequestResult would
     # grow the heap the collector walks, which the daemon, keeping none, never does.
     sched: list[int] = []
@@ -75,7 +78,6 @@ async def _drive(
     ids: list[str] = []
 
     def on_result(result: RequestResult) -> None:
-        capacity.observe(result)
         ids.append(result.request_id)
         sched.append(result.t_sched_ns)
         sent.append(result.t_send_ns)
@@ -85,8 +87,9 @@ async def _drive(
     async with client_session() as session:
         if gc_tuned:
             tune_gc()
-        driver = LoadDriver(session, target, load, metrics, on_result=on_result)
-        capacity.estimator.own_load = driver.in_flight
+        driver = LoadDriver(
+            session, target, load, recorder, on_result=on_result, own_load=capacity.own_load
+        )
         start = time.perf_counter_ns()
         cpu0 = time.process_time()
         driver.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily
@@ -34,22 +34,33 @@ _RATE_WINDOW_SECONDS = 30.0
 class TargetCapacity:
     """One target's queue estimate, fed by its probes and load, and its engine's own figures.
 
-    `own_load` is the load driver's live count of its requests, when the target has load.
+    `own_load` is the load driver's live count of its requests, when the target has load: the
+    same object goes to the target's `LoadDriver`. `clock` (monotonic seconds) times the
+    probes in flight, the estimate's window and the server's completion rate.
     """
 
-    def __init__(self, target: Target, metrics: Metrics, own_load: OwnLoad | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        metrics: Metrics,
+        own_load: OwnLoad | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.target = target
         self._metrics = metrics
+        self.own_load = own_load
+        self._clock = clock
         cfg = target.config
         probe = Shape(cfg.prompt_tokens, cfg.max_tokens)
         traffic = Shape(
             cfg.traffic.prompt_tokens or cfg.prompt_tokens,
             cfg.traffic.output_tokens or cfg.max_tokens,
         )
-        self.probes = ProbesInFlight(time.monotonic)
-        foreign = ForeignEstimator(probe, traffic, cfg.slots, self.probes, time.monotonic)
+        self.probes = ProbesInFlight(clock)
+        foreign = ForeignEstimator(probe, traffic, cfg.slots, self.probes, clock)
         self.estimator = QueueEstimator(
-            slots_hint=cfg.slots, foreign=foreign, own_load=own_load,
+            clock=clock, slots_hint=cfg.slots, foreign=foreign, own_load=own_load,
             server_drain_rate=self.server_drain_rate,
         )  # fmt: skip
         self.snapshot: ServerSnapshot | None = None
@@ -97,7 +108,7 @@ class TargetCapacity:
         engine = Engine(cfg.engine) if cfg.engine else None
         bound = log.bind(target=cfg.name)
         while True:
-            started = time.monotonic()
+            started = self._clock()
             try:
                 snap = await scrape(session, cfg.metrics_url, engine, cfg.timeouts.connect_seconds)
             except ServerMetricsError as exc:
@@ -107,9 +118,7 @@ class TargetCapacity:
                 bound.warning("server_scrape_failed", error=str(exc))
             else:
                 self._keep(snap, started)
-            await asyncio.sleep(
-                max(0.0, cfg.metrics_interval_seconds - (time.monotonic() - started))
-            )
+            await asyncio.sleep(max(0.0, cfg.metrics_interval_seconds - (self._clock() - started)))
 
     def server_slots(self) -> int | None:
         """Slots as the server shows them: the most requests it ran while others waited."""

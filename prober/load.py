@@ -5,6 +5,10 @@ generator never waits for it. Latency counts from the scheduled instant (`t_sche
 client's own lateness shows up as dispatch lag and inside TTFT instead of hiding. An arrival
 that would exceed `max_in_flight` is not sent and is counted as dropped: memory stays bounded
 however far the server falls behind.
+
+Each finished request, a cancelled one too, goes to the `Recorder` (metrics and the target's
+capacity) and then to `on_result` (the bench's own collection). `own_load` is the live count of
+requests in flight that the queue estimate reads: pass the one the target's capacity holds.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import aiohttp
 from prober.arrivals import arrival_offsets
 from prober.estimate import OwnLoad
 from prober.logs import get_logger
-from prober.metrics import Metrics
 from prober.prompts import PromptBuilder
-from prober.result import Outcome, RequestResult
+from prober.record import Mode, Recorder, cancelled
+from prober.result import RequestResult
 from prober.settings import LoadConfig
 from prober.targets import Target, spread
 
@@ -37,16 +41,18 @@ class LoadDriver:
         session: aiohttp.ClientSession,
         target: Target,
         cfg: LoadConfig,
-        metrics: Metrics | None,
+        recorder: Recorder | None,
         *,
         rate: float | None = None,
         on_result: LoadHook | None = None,
         prompts: PromptBuilder | None = None,
+        own_load: OwnLoad | None = None,
     ) -> None:
         self._session = session
         self._target = target
         self._cfg = cfg
-        self._metrics = metrics
+        self._recorder = recorder
+        self._metrics = None if recorder is None else recorder.metrics
         self.rate = cfg.rate if rate is None else rate
         self._on_result = on_result
         self._rng = random.Random(cfg.seed)
@@ -55,7 +61,7 @@ class LoadDriver:
         self._prompts = prompts or PromptBuilder(cache_bust=target.config.cache_bust)
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
-        self.in_flight = OwnLoad()
+        self.own_load = OwnLoad() if own_load is None else own_load
         self.sent = 0
         self.dropped = 0
 
@@ -101,7 +107,7 @@ class LoadDriver:
             delay = (t_sched_ns - time.perf_counter_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)
-            # Count tasks, not `in_flight`: a task only counts itself there once it runs, and
+            # Count tasks, not `own_load`: a task only counts itself there once it runs, and
             # arrivals that fall due together (a stalled loop) are all dispatched before any runs.
             if len(self._tasks) >= cap:
                 self._drop()
@@ -124,7 +130,7 @@ class LoadDriver:
         max_tokens = spread(
             self._rng, cfg.max_tokens or target.config.max_tokens, cfg.max_tokens_spread
         )
-        own = self.in_flight
+        own = self.own_load
         own.sent()
         self.sent += 1
         self._gauge(1)
@@ -146,8 +152,7 @@ class LoadDriver:
                 on_first_token=first_token,
             )
         except asyncio.CancelledError:
-            now = time.perf_counter_ns()
-            result = RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error="load stopped")
+            result = cancelled(t_sched_ns, Mode.LOAD)
             raise
         finally:
             own.finished(had_first_token=first_token_seen)
@@ -161,7 +166,7 @@ class LoadDriver:
             self._metrics.load_in_flight.labels(labels.target, labels.model).inc(delta)
 
     def _record(self, result: RequestResult) -> None:
-        if self._metrics is not None:
-            self._metrics.record(result, self._target.labels, "load", self._target.slo)
+        if self._recorder is not None:
+            self._recorder.record(self._target, result, Mode.LOAD)
         if self._on_result is not None:
             self._on_result(result)

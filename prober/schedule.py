@@ -13,8 +13,8 @@ much one more sequence slows decoding (`foreign.py`). Both are recorded as probe
 in flight is tracked by the target's `TargetCapacity.probes`, so the estimate counts the
 prober's own requests exactly. `drain()` stops scheduling and lets in-flight probes finish
 within a grace period; the rest are cancelled, counted as `cancelled`, and end quietly (a
-job cancelled at shutdown is no error). Each finished probe is logged once (`log_probe`), with
-the request id its exemplars carry.
+job cancelled at shutdown is no error). Every probe, a pair's two and a cancelled one, goes
+through the `Recorder` (metrics, the target's capacity, one log line).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,11 +37,9 @@ from apscheduler.events import (
 )
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from prober import timings
-from prober.capacity import TargetCapacity
 from prober.logs import get_logger
-from prober.metrics import Metrics
-from prober.result import Outcome, RequestResult
+from prober.record import Mode, Recorder, cancelled
+from prober.result import RequestResult
 from prober.targets import Target
 
 log = get_logger("prober.schedule")
@@ -65,47 +63,23 @@ def _scheduler_logger() -> logging.Logger:
     return logger
 
 
-def log_probe(bound: Any, r: RequestResult) -> None:
-    """The one line of a finished probe, at info (warning when it failed). Its request id
-    is the one its exemplars carry; never the prompt (`log_prompts` logs that apart)."""
-    fields: dict[str, Any] = {
-        "request_id": r.request_id,
-        "outcome": r.outcome.value,
-        "ttft_seconds": timings.ttft(r),
-        "ttfo_seconds": timings.ttfo(r),
-        "output_tokens": r.output_tokens,
-        "reasoning_tokens": r.reasoning_tokens,
-        "token_source": r.token_source.value,
-        "finish_reason": r.finish_reason.value,
-        "connection": None if r.reused is None else ("reused" if r.reused else "fresh"),
-    }
-    if r.ok:
-        bound.info("probe_ok", answered=r.answered, **fields)
-    else:
-        bound.warning("probe_failed", error=r.error, http_status=r.http_status, **fields)
-
-
-def cancelled_result(t_sched_ns: int) -> RequestResult:
-    now = time.perf_counter_ns()
-    return RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error="cancelled at shutdown")
-
-
 class ProbeScheduler:
-    """Owns the apscheduler instance and the probes it starts."""
+    """Owns the apscheduler instance and the probes it starts; `recorder` records them, and
+    its capacity (where a target has one) decides pairs and counts the probes in flight."""
 
     def __init__(
         self,
         session: aiohttp.ClientSession,
         targets: Iterable[Target],
-        metrics: Metrics,
-        capacity: Mapping[str, TargetCapacity] | None = None,
+        recorder: Recorder,
         *,
         seed: int | None = None,
     ) -> None:
         self._session = session
         self._targets = {t.name: t for t in targets}
-        self._metrics = metrics
-        self._capacity = capacity or {}
+        self._recorder = recorder
+        self._metrics = recorder.metrics
+        self._capacity = recorder.capacity
         self._rng = random.Random(seed)
         self._scheduler = AsyncIOScheduler(timezone=UTC, logger=_scheduler_logger())
         self._scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
@@ -195,10 +169,9 @@ class ProbeScheduler:
         assert task is not None
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
-        bound = log.bind(target=name, model=target.config.model)
         t_sched_ns = self._fire_ns.pop(name, time.perf_counter_ns())
         if name not in self._warmed:
-            await self._warm_up(target, bound)
+            await self._warm_up(target)
             t_sched_ns = time.perf_counter_ns()
         cap = self._capacity.get(name)
         delay = None if cap is None else cap.companion_delay(_COMPANION_AT, self._rng.random())
@@ -208,18 +181,14 @@ class ProbeScheduler:
             else:
                 results = (await self._send(target, t_sched_ns),)
         except asyncio.CancelledError:
-            cancelled = cancelled_result(t_sched_ns)
-            self._record(target, cancelled)
-            log_probe(bound, cancelled)
+            self._recorder.record(target, cancelled(t_sched_ns, Mode.PROBE), Mode.PROBE)
+            self.probed.add(name)
             raise
-        for result in results:
-            self._record(target, result)
-            log_probe(bound, result)
-        if cap is not None:
-            if len(results) == 2:
-                cap.observe_pair(results[0], results[1])
-            else:
-                cap.observe(results[0], probe=True)
+        if len(results) == 2:
+            self._recorder.record_pair(target, results[0], results[1])
+        else:
+            self._recorder.record(target, results[0], Mode.PROBE)
+        self.probed.add(name)
 
     async def _send(
         self, target: Target, t_sched_ns: int, on_first_token: Callable[[], None] | None = None
@@ -269,13 +238,9 @@ class ProbeScheduler:
             return result, companion_result
         return (result,)
 
-    async def _warm_up(self, target: Target, bound: Any) -> None:
+    async def _warm_up(self, target: Target) -> None:
+        bound = log.bind(target=target.name, model=target.config.model)
         for i in range(target.config.warmup):
             result = await target.send(self._session, time.perf_counter_ns())
             bound.info("warmup", n=i + 1, outcome=result.outcome.value)
         self._warmed.add(target.name)
-
-    def _record(self, target: Target, result: RequestResult) -> None:
-        self._metrics.record(result, target.labels, "probe", target.slo)
-        self._metrics.record_probe(result, target.labels, time.time())
-        self.probed.add(target.name)

@@ -29,12 +29,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from prober import __version__
 from prober.capacity import CapacityCollector, TargetCapacity
+from prober.estimate import OwnLoad
 from prober.exposition import metrics_handler
 from prober.load import LoadDriver
-from prober.logs import get_logger
 from prober.metrics import Metrics
+from prober.record import Mode, Recorder, cancelled
 from prober.result import RequestResult
-from prober.schedule import ProbeScheduler, cancelled_result, log_probe
+from prober.schedule import ProbeScheduler
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig
@@ -47,6 +48,7 @@ METRICS = web.AppKey("metrics", Metrics)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 SCHEDULER = web.AppKey("scheduler", ProbeScheduler)
 CAPACITY = web.AppKey("capacity", dict[str, TargetCapacity])
+RECORDER = web.AppKey("recorder", Recorder)
 LOADS = web.AppKey("loads", list[LoadDriver])
 WEB_CONFIG = web.AppKey("web_config", WebConfig)
 
@@ -71,7 +73,6 @@ class Inflight:
 
 
 INFLIGHT = web.AppKey("inflight", Inflight)
-_log = get_logger("prober.web")
 # A /probe for a target whose previous one is still running is refused, and asked back later.
 PROBE_RETRY_AFTER_SECONDS = 1
 
@@ -86,12 +87,14 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     app[TARGETS] = {t.name: Target.from_config(t, keep_text=keep) for t in settings.targets}
     app[PROBED] = {n for n in app[TARGETS] if owns_target(n, shard.index, shard.count)}
     app[METRICS] = Metrics(registry if registry is not None else CollectorRegistry())
-    # A replica reports capacity for the targets it probes and those it sends load to.
+    # A replica reports capacity for the targets it probes and those it sends load to; a
+    # target's load driver counts its requests in flight in its capacity's `own_load`.
     app[CAPACITY] = {
-        n: TargetCapacity(t, app[METRICS])
+        n: TargetCapacity(t, app[METRICS], own_load=OwnLoad() if t.config.load else None)
         for n, t in app[TARGETS].items()
         if n in app[PROBED] or t.config.load is not None
     }
+    app[RECORDER] = Recorder(app[METRICS], app[CAPACITY])
     app[METRICS].registry.register(CapacityCollector(app[CAPACITY].values()))
     app[INFLIGHT] = Inflight()
     app.cleanup_ctx.append(_session_ctx)
@@ -133,9 +136,8 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
             continue
         cap = capacity[target.name]
         rate = cfg.rate / settings.shard.count
-        driver = LoadDriver(session, target, cfg, app[METRICS], rate=rate, on_result=cap.observe)
-        cap.estimator.own_load = driver.in_flight
-        loads.append(driver)
+        recorder = app[RECORDER]
+        loads.append(LoadDriver(session, target, cfg, recorder, rate=rate, own_load=cap.own_load))
     app[LOADS] = loads
     watchers = [
         asyncio.create_task(cap.watch(session))
@@ -153,7 +155,7 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     probed = [t for name, t in app[TARGETS].items() if name in app[PROBED]]
-    scheduler = ProbeScheduler(app[SESSION], probed, app[METRICS], app[CAPACITY])
+    scheduler = ProbeScheduler(app[SESSION], probed, app[RECORDER])
     app[SCHEDULER] = scheduler
     scheduler.start()
     yield
@@ -210,16 +212,14 @@ async def _probe_now(request: web.Request) -> web.Response:
         if not send.cancelled():
             send.cancel()  # the handler itself was cancelled: take the request along
             raise
-        result = cancelled_result(t_sched_ns)  # cut at the shutdown deadline
+        result = cancelled(t_sched_ns, Mode.ON_DEMAND)  # cut at the shutdown deadline
     finally:
         inflight.sends.discard(send)
         probing.discard(name)
-    log_probe(_log.bind(target=name, model=target.config.model, via="/probe"), result)
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
-    metrics.record(result, target.labels, "probe", target.slo)
-    metrics.record_probe(result, target.labels, time.time())
+    Recorder(metrics).record(target, result, Mode.ON_DEMAND)
     return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
 
 

@@ -60,7 +60,7 @@ async def test_overdue_arrivals_are_sent_at_once_or_dropped_at_the_cap() -> None
         peak = 0
         for _ in range(20):
             await asyncio.sleep(0.05)
-            peak = max(peak, driver.in_flight.total)
+            peak = max(peak, driver.own_load.total)
         # The loop stalls for 0.5 s: ten arrivals fall due at once when it comes back.
         before = driver.sent + driver.dropped
         asyncio.get_running_loop().call_soon(time.sleep, 0.5)
@@ -70,7 +70,7 @@ async def test_overdue_arrivals_are_sent_at_once_or_dropped_at_the_cap() -> None
     assert peak == 3  # the cap, never above it
     assert driver.dropped > 0
     assert after - before >= 10  # the overdue ones were all handled on the loop's return
-    assert driver.in_flight.total == 0  # stop() cancelled and counted every request
+    assert driver.own_load.total == 0  # stop() cancelled and counted every request
 
 
 async def test_arrivals_falling_due_together_respect_the_cap() -> None:
@@ -82,7 +82,7 @@ async def test_arrivals_falling_due_together_respect_the_cap() -> None:
         await asyncio.sleep(0.01)  # the schedule has started; its first arrival is at 50 ms
         time.sleep(0.5)  # the loop is held: arrivals 1..10 are all overdue when it returns
         await asyncio.sleep(0.05)
-        in_flight, sent, dropped = driver.in_flight.total, driver.sent, driver.dropped
+        in_flight, sent, dropped = driver.own_load.total, driver.sent, driver.dropped
         await driver.stop(grace_seconds=0)
     assert in_flight == 3
     assert sent == 3

@@ -66,9 +66,8 @@ def _result(send: float, first: float, end: float, prefill: float) -> RequestRes
 
 def test_own_load_waiting_is_in_flight_beyond_learned_slots() -> None:
     clock = [100.0]
-    estimator = QueueEstimator(clock=lambda: clock[0])
     own = OwnLoad()
-    estimator.own_load = own
+    estimator = QueueEstimator(clock=lambda: clock[0], own_load=own)
     # Three requests held slots together: the engine has at least three.
     for start in (0.0, 0.1, 0.2):
         estimator.observe(_result(start, start + 0.2, start + 2.0, prefill=0.2))
@@ -88,8 +87,7 @@ def test_queue_wait_is_ttft_minus_server_prefill() -> None:
 
 def test_littles_law_path_uses_the_server_drain_rate() -> None:
     clock = [10.0]
-    estimator = QueueEstimator(clock=lambda: clock[0])
-    estimator.server_drain_rate = lambda: 2.0
+    estimator = QueueEstimator(clock=lambda: clock[0], server_drain_rate=lambda: 2.0)
     estimator.observe(_result(0.0, 1.2, 3.2, prefill=0.2))  # waited 1.0 s, decoded 2.0 s
     estimate = estimator.estimate()
     assert estimate.wait_seconds == pytest.approx(1.0)
@@ -102,8 +100,9 @@ def test_littles_law_path_uses_the_server_drain_rate() -> None:
 def test_window_means_follow_the_window_as_it_slides() -> None:
     """The running sums give the same means as summing the window afresh, at every step."""
     clock = [0.0]
-    estimator = QueueEstimator(window_seconds=10.0, clock=lambda: clock[0])
-    estimator.server_drain_rate = lambda: 1.0
+    estimator = QueueEstimator(
+        window_seconds=10.0, clock=lambda: clock[0], server_drain_rate=lambda: 1.0
+    )
     rng = random.Random(3)
     kept: list[tuple[float, float]] = []  # (finish time, queue wait) of each observation
     for _ in range(2000):

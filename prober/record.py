@@ -1,0 +1,117 @@
+"""One path per finished request: metrics, the queue estimate and the log line.
+
+Every result, whichever path produced it, goes through `Recorder.record(target, result, mode)`:
+
+- `Mode.PROBE`, a scheduled probe: the request metrics (mode `probe`), the probe gauges
+  (success, time of the last probe), the target's capacity as a probe (the probes-alone
+  estimate learns from it) and one log line. `record_pair` records a probe and its companion:
+  both as probes, and the capacity reads the two together.
+- `Mode.LOAD`, background load: the request metrics (mode `load`) and the capacity; not
+  logged (a line per request at load rates would drown the probes').
+- `Mode.ON_DEMAND`, `/probe`: recorded as a probe on the recorder's metrics (`/probe` builds
+  one on a fresh registry per request) and logged with `via="/probe"`; never fed to the
+  estimate, which counts the probes in flight and did not count this one.
+
+A request cut short (shutdown, a stopped load) is recorded too, as `cancelled` builds it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Any
+
+from prober import timings
+from prober.capacity import TargetCapacity
+from prober.logs import get_logger
+from prober.metrics import Metrics
+from prober.result import Outcome, RequestResult
+from prober.targets import Target
+
+log = get_logger("prober.record")
+
+
+class Mode(StrEnum):
+    """Which path produced a result."""
+
+    PROBE = "probe"
+    LOAD = "load"
+    ON_DEMAND = "on_demand"
+
+
+# The request metrics' `mode` label: a `/probe` is a probe there.
+_METRIC_MODE = {Mode.PROBE: "probe", Mode.LOAD: "load", Mode.ON_DEMAND: "probe"}
+_CANCELLED = {
+    Mode.PROBE: "cancelled at shutdown",
+    Mode.LOAD: "load stopped",
+    Mode.ON_DEMAND: "cancelled at shutdown",
+}
+
+
+def cancelled(t_sched_ns: int, mode: Mode) -> RequestResult:
+    """The result of a request scheduled at `t_sched_ns` and cancelled before it ended."""
+    now = time.perf_counter_ns()
+    return RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error=_CANCELLED[mode])
+
+
+def log_probe(bound: Any, r: RequestResult) -> None:
+    """The one line of a finished probe, at info (warning when it failed). Its request id
+    is the one its exemplars carry; never the prompt (`log_prompts` logs that apart)."""
+    fields: dict[str, Any] = {
+        "request_id": r.request_id,
+        "outcome": r.outcome.value,
+        "ttft_seconds": timings.ttft(r),
+        "ttfo_seconds": timings.ttfo(r),
+        "output_tokens": r.output_tokens,
+        "reasoning_tokens": r.reasoning_tokens,
+        "token_source": r.token_source.value,
+        "finish_reason": r.finish_reason.value,
+        "connection": None if r.reused is None else ("reused" if r.reused else "fresh"),
+    }
+    if r.ok:
+        bound.info("probe_ok", answered=r.answered, **fields)
+    else:
+        bound.warning("probe_failed", error=r.error, http_status=r.http_status, **fields)
+
+
+class Recorder:
+    """Records finished requests on `metrics` and feeds each target's `capacity`.
+
+    `wall_clock` stamps the last probe's time (a gauge in Unix seconds, never a latency).
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        capacity: Mapping[str, TargetCapacity] | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.metrics = metrics
+        self.capacity: Mapping[str, TargetCapacity] = capacity or {}
+        self._wall_clock = wall_clock
+
+    def record(self, target: Target, result: RequestResult, mode: Mode) -> None:
+        """One finished request: metrics, the target's capacity, and its log line."""
+        self._count(target, result, mode)
+        cap = self.capacity.get(target.name)
+        if cap is not None and mode is not Mode.ON_DEMAND:
+            cap.observe(result, probe=mode is Mode.PROBE)
+
+    def record_pair(self, target: Target, primary: RequestResult, companion: RequestResult) -> None:
+        """A probe and the companion sent while it decoded: two probes, read together."""
+        self._count(target, primary, Mode.PROBE)
+        self._count(target, companion, Mode.PROBE)
+        cap = self.capacity.get(target.name)
+        if cap is not None:
+            cap.observe_pair(primary, companion)
+
+    def _count(self, target: Target, result: RequestResult, mode: Mode) -> None:
+        labels = target.labels
+        self.metrics.record(result, labels, _METRIC_MODE[mode], target.slo)
+        if mode is Mode.LOAD:
+            return
+        self.metrics.record_probe(result, labels, self._wall_clock())
+        bound = log.bind(target=target.name, model=target.config.model)
+        log_probe(bound.bind(via="/probe") if mode is Mode.ON_DEMAND else bound, result)
