@@ -45,3 +45,16 @@ async def test_promtool_finds_nothing_to_complain_about() -> None:
         if line.startswith("llmprober_ttft_seconds_bucket") and ' # {request_id="' in line
     ]  # fmt: skip
     assert exemplars, "no exemplar on the TTFT histogram"
+
+
+async def test_the_daemon_says_which_private_paths_are_live() -> None:
+    """Arrival stamping by the protocol on the pinned aiohttp, and no exposition fallback."""
+    async with simulator() as sim:
+        target = {"name": "sim", "url": f"{sim}/v1", "model": "sim", "interval_seconds": 3600,
+                  "warmup": 0}  # fmt: skip
+        async with daemon({"targets": [target]}) as (url, _app):
+            samples = await scrape(url)
+    assert value(samples, "llmprober_stamping_info", method="protocol") == 1
+    assert ("llmprober_stamping_info", (("method", "fallback"),)) not in samples
+    assert ("llmprober_exposition_fallback_total", ()) in samples
+    assert value(samples, "llmprober_exposition_fallback_total") == 0
