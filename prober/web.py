@@ -1,7 +1,8 @@
 """The daemon's aiohttp application: one factory owns the whole lifecycle.
 
 Routes: `/metrics` (prometheus-client's aiohttp handler on the daemon's own registry, with
-the common formats rendered by `exposition.py`: the same bytes, ~15× faster),
+the common formats rendered by `exposition.py`: the same bytes, faster; figures in
+docs/performance.md),
 `/probe?target=NAME` (one probe now, its metrics in a fresh registry: the blackbox-exporter
 pattern; only configured names are accepted, so it cannot be turned into a proxy),
 `/-/healthy`, `/-/ready` and a landing page. With `server.web_config_file`, basic auth guards
