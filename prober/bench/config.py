@@ -1,23 +1,26 @@
 """What one bench sweep measures: the validated, frozen `BenchConfig`, built once and passed down.
 
-Every check raises `ValueError` whose text starts with the flag at fault (`--concurrency: ...`),
-so the command line can print it as one line and exit 2. `target_config()` turns the sweep
-into the daemon's own `TargetConfig`, so bench sends through the same `Target.send` path.
+A pydantic model like every config of the project (prober/validation.py). A fault is one
+`ValueError` line that starts with the flag at fault (`--concurrency: ...`), so the command
+line can print it and exit 2. `target_config()` turns the sweep into the daemon's own
+`TargetConfig`, so bench sends through the same `Target.send` path.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Self
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
-from prober.kinds import EVENT_LOOPS, Api, Arrival, EventLoopChoice
+from prober.kinds import Api, Arrival, EventLoopChoice
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo
+from prober.validation import OneLineModel, describe
 
 MAX_CONCURRENCY = 10_000
 MAX_RATE = 10_000.0
@@ -45,68 +48,90 @@ class Level:
         return f"c={int(self.value)}" if self.mode is Mode.CONCURRENCY else f"{self.value:g} req/s"
 
 
-@dataclass(frozen=True, slots=True)
-class BenchConfig:
+# The flag each field is set by, for the one-line error (`levels` names its own: it depends
+# on the mode).
+FLAGS = {
+    "url": "--url", "model": "--model", "mode": "--mode", "num_requests": "--num-requests",
+    "duration_seconds": "--duration", "input_len": "--input-len", "output_len": "--output-len",
+    "cache_bust": "--no-cache-bust", "warmup": "--warmup", "seed": "--seed", "api": "--api",
+    "arrival": "--arrival", "slo_ttft_seconds": "--slo-ttft", "slo_tpot_seconds": "--slo-tpot",
+    "slo_e2e_seconds": "--slo-e2e", "capacity_goodput": "--capacity-goodput",
+    "target_rate": "--target-rate", "ignore_eos": "--ignore-eos", "api_key_env": "--api-key-env",
+    "timeout_seconds": "--timeout", "connect_timeout_seconds": "--connect-timeout",
+    "max_in_flight": "--max-in-flight", "event_loop": "--event-loop",
+}  # fmt: skip
+Count = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class BenchConfig(OneLineModel):
     url: str
     model: str
     mode: Mode = Mode.CONCURRENCY
     levels: tuple[float, ...] = (1, 2, 4, 8)
-    num_requests: int | None = 32
-    duration_seconds: float | None = None
-    input_len: int = 128
-    output_len: int = 64
+    num_requests: Count | None = 32
+    duration_seconds: Seconds | None = None
+    input_len: Count = 128
+    output_len: Count = 64
     cache_bust: bool = True
-    warmup: int = 2
+    warmup: Annotated[int, Field(ge=0)] = 2
     seed: int = 0
     api: Api = Api.CHAT
     arrival: Arrival = "poisson"
-    slo_ttft_seconds: float = 2.0
-    slo_tpot_seconds: float = 0.2
-    slo_e2e_seconds: float | None = None
+    slo_ttft_seconds: Seconds = 2.0
+    slo_tpot_seconds: Seconds = 0.2
+    slo_e2e_seconds: Seconds | None = None
     capacity_goodput: float = 0.9
-    target_rate: float | None = None
+    target_rate: Seconds | None = None
     ignore_eos: bool = False
     api_key_env: str | None = None
-    timeout_seconds: float = 300.0
-    connect_timeout_seconds: float = 3.0
-    max_in_flight: int = 1000
+    timeout_seconds: Seconds = 300.0
+    connect_timeout_seconds: Seconds = 3.0
+    max_in_flight: Count = 1000
     event_loop: EventLoopChoice = "auto"
 
-    def __post_init__(self) -> None:
+    @classmethod
+    def problem(cls, err: ErrorDetails) -> str:
+        if not err["loc"]:  # a check across fields: its message names the flags itself
+            return describe(err)
+        field = str(err["loc"][0])
+        value = err.get("input")
+        if err["type"] == "greater_than_equal":
+            text = f"must be at least {(err.get('ctx') or {})['ge']}, got {value!r}"
+        elif err["type"] in ("greater_than", "finite_number"):
+            text = f"must be a number greater than 0, got {value!r}"
+        else:
+            text = describe(err)
+        return f"{FLAGS.get(field, field_path(err['loc']))}: {text}"
+
+    @field_validator("capacity_goodput")
+    @classmethod
+    def _goodput(cls, value: float) -> float:
+        if not 0 < value <= 1:
+            raise ValueError(f"must be in (0, 1], got {value}")
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_set(cls, value: str | None) -> str | None:
+        if value is not None and not os.environ.get(value):
+            raise ValueError(f"environment variable {value} is unset")
+        return value
+
+    @model_validator(mode="after")
+    def _sweep(self) -> Self:
         _check_levels(self.mode, self.levels)
         if (self.num_requests is None) == (self.duration_seconds is None):
             raise ValueError("--num-requests / --duration: give exactly one")
-        if self.num_requests is not None:
-            _at_least("--num-requests", self.num_requests, 1)
-            if self.mode is Mode.CONCURRENCY and self.num_requests < max(self.levels):
-                raise ValueError(
-                    f"--num-requests: {self.num_requests} is below the largest concurrency "
-                    f"{int(max(self.levels))}; some workers would never send"
-                )
-        if self.duration_seconds is not None:
-            _positive("--duration", self.duration_seconds)
-        _at_least("--input-len", self.input_len, 1)
-        _at_least("--output-len", self.output_len, 1)
-        _at_least("--warmup", self.warmup, 0)
-        _at_least("--max-in-flight", self.max_in_flight, 1)
-        for flag, value in (
-            ("--slo-ttft", self.slo_ttft_seconds),
-            ("--slo-tpot", self.slo_tpot_seconds),
-            ("--slo-e2e", self.slo_e2e_seconds),
-            ("--target-rate", self.target_rate),
-            ("--timeout", self.timeout_seconds),
-            ("--connect-timeout", self.connect_timeout_seconds),
-        ):
-            if value is not None:
-                _positive(flag, value)
-        if not 0 < self.capacity_goodput <= 1:
-            raise ValueError(f"--capacity-goodput: must be in (0, 1], got {self.capacity_goodput}")
-        if self.api_key_env is not None and not os.environ.get(self.api_key_env):
-            raise ValueError(f"--api-key-env: environment variable {self.api_key_env} is unset")
-        if self.event_loop not in EVENT_LOOPS:
-            raise ValueError(f"--event-loop: auto, uvloop or asyncio, got {self.event_loop!r}")
+        count, top = self.num_requests, max(self.levels)
+        if count is not None and self.mode is Mode.CONCURRENCY and count < top:
+            raise ValueError(
+                f"--num-requests: {count} is below the largest concurrency {int(top)}; "
+                "some workers would never send"
+            )
         # Built once here so a bad URL or model is a flag error, not a failure mid-sweep.
         self.target_config()
+        return self
 
     @property
     def sweep(self) -> list[Level]:
@@ -150,7 +175,7 @@ class BenchConfig:
 
     def as_json(self) -> dict[str, Any]:
         """The configuration as recorded in the report (the key's variable name, never a key)."""
-        out = asdict(self)
+        out = self.model_dump()
         out["mode"] = self.mode.value
         out["api"] = self.api.value
         out["levels"] = [lvl.key()[self.mode.value] for lvl in self.sweep]
@@ -171,16 +196,6 @@ def _check_levels(mode: Mode, levels: tuple[float, ...]) -> None:
             raise ValueError(f"{flag}: each rate must be in (0, {MAX_RATE:g}] req/s, got {value}")
     if list(levels) != sorted(set(levels)):
         raise ValueError(f"{flag}: levels must be strictly increasing, got {list(levels)}")
-
-
-def _at_least(flag: str, value: int, low: int) -> None:
-    if value < low:
-        raise ValueError(f"{flag}: must be at least {low}, got {value}")
-
-
-def _positive(flag: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{flag}: must be a number greater than 0, got {value}")
 
 
 def parse_levels(flag: str, text: str, *, integers: bool) -> tuple[float, ...]:
