@@ -235,6 +235,14 @@ def fallback_counter(registry: CollectorRegistry) -> Counter:
     return counter(EXPOSITION_FALLBACK, registry)
 
 
+def _installed(distribution: str) -> str:
+    """The installed version, for the log line; never an error inside the fallback."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:  # vendored or run from a source tree
+        return "unknown"
+
+
 class FastExposition:
     """Renders a registry as prometheus-client would; `None` where it cannot vouch for that.
 
@@ -283,7 +291,7 @@ class FastExposition:
             _log.warning(
                 "exposition_fallback",
                 error=f"{type(exc).__name__}: {exc}",
-                prometheus_client=metadata.version("prometheus-client"),
+                prometheus_client=_installed("prometheus-client"),
                 note="/metrics served by prometheus-client; counted in "
                 "llmprober_exposition_fallback_total, logged once",
             )

@@ -35,7 +35,6 @@ import contextlib
 import functools
 import time
 from collections.abc import Mapping
-from importlib import metadata
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -137,7 +136,7 @@ def report_stamping(session: aiohttp.ClientSession, registry: CollectorRegistry)
         _log.info("stamping", method=method)
     else:
         _log.warning(
-            "stamping", method=method, aiohttp=metadata.version("aiohttp"),
+            "stamping", method=method, aiohttp=aiohttp.__version__,
             note="arrivals stamped when each read returns: up to ms late under batching",
         )  # fmt: skip
     return method
