@@ -197,14 +197,15 @@ async def drain(base: str, timeout: float) -> None:
 async def run_levels(
     base: str, levels: list[Level], target: Mapping[str, Any], *, settle: float, seconds: float,
     load_args: tuple[str, ...] = (), sample_every: float = 0.5, truth_seconds: float = 5.0,
-    learn: float = 0.0, learn_at: int = 0,
+    learn: float = 0.0, learn_at: tuple[int, ...] = (0,),
 ) -> list[Score]:  # fmt: skip
     """One daemon probing `base` (no metrics_url, no load) through every level in turn.
 
-    `learn`: seconds level `learn_at` settles longer, for a fresh daemon to learn what a
-    long-running one has long known: the decode slowdown from its first pairs of probes (any
-    level), and, without a slots hint, the slots from probes that decoded at full batch (the
-    first queued level). How long that took is each level's `known_after`."""
+    `learn`: seconds the levels `learn_at` settle longer, for a fresh daemon to learn what a
+    long-running one has long known: the decode slowdown from its first pairs of probes (a
+    level below saturation, where a companion finds a free slot), and, without a slots hint,
+    the slots from probes that decoded at full batch (the first queued level). How long that
+    took is each level's `known_after`."""
     config = {
         "server": {"listen": "127.0.0.1:0", "grace_seconds": 0.5},
         "targets": [{"name": "engine", "url": f"{base}/v1", "model": "m", **target}],
@@ -212,7 +213,7 @@ async def run_levels(
     scores = []
     async with daemon(config) as (url, _), aiohttp.ClientSession() as session:
         for i, level in enumerate(levels):
-            wait_first = settle + (learn if i == learn_at else 0.0)
+            wait_first = settle + (learn if i in learn_at else 0.0)
             async with foreign_load(base, level, *load_args) as report:
                 truth: deque[tuple[float, float, float]] = deque()
                 score = Score(level)

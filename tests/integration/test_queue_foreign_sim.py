@@ -6,8 +6,9 @@ Poisson at half the capacity, closed loops of 2× and 5× the slots. Bounds (bin
 issue): waiting MAE ≤ max(1, 25 % of the mean true depth), running MAE ≤ max(1, 25 % of the
 slots), against the truth averaged over the trailing 5 s. Once with the operator's `slots:`
 hint and once without, where the slots must be learned (and be right). Slots can only be
-learned from probes that decoded at full batch: without the hint, the first queued level is
-given the learning time, and how long the learning took is asserted on its own.
+learned from fifteen pairs (below saturation) and probes that decoded at full batch: without
+the hint, the first queued level is given learning time too, and how long the learning took
+is asserted on its own.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None
             Level("closed5x", "closed", workers=5 * SLOTS),
         ]
         target = PROBE | ({"slots": hint} if hint else {})
-        learn_at = 0 if hint else 1  # the pairs (any load), or the slots (a queue)
+        learn_at = (0,) if hint else (0, 1)  # the pairs (below saturation), the slots (a queue)
         scores = await run_levels(
             base, levels, target, settle=10, seconds=20, learn=20, learn_at=learn_at
         )
