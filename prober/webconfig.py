@@ -10,7 +10,8 @@ serve every exporter of a deployment:
     basic_auth_users:
       prometheus: $2b$12$...       # bcrypt hash (htpasswd -nBC 12 "" | tr -d ':')
 
-Both sections are optional. Keys that exporter-toolkit knows but llm-prober does not implement
+Both sections are optional. The file is validated by pydantic models (`_WebFile`), every fault
+one line naming its key. Keys that exporter-toolkit knows but llm-prober does not implement
 (client certificates, cipher suites, HTTP headers) are rejected, so a file that asks for more
 protection than it gets fails at start-up instead of silently serving less.
 
@@ -36,22 +37,35 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
 import bcrypt
 import yaml
 from aiohttp import BasicAuth, web
 from aiohttp.typedefs import Handler, Middleware
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from prober.validation import STRICT, describe, field_error, field_path
 
 OPEN_PATHS = frozenset({"/-/healthy", "/-/ready"})
 REALM = "llm-prober"
 _BCRYPT = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
-_TLS_KEYS = {"cert_file", "key_file", "min_version"}
 _UNSUPPORTED_TLS = {
     "client_auth_type", "client_ca_file", "client_allowed_sans", "cipher_suites",
     "curve_preferences", "max_version", "prefer_server_cipher_suites", "cert", "key",
 }  # fmt: skip
-_TOP_KEYS = {"tls_server_config", "basic_auth_users"}
+_SHAPES = {
+    "tls_server_config": "a mapping with cert_file and key_file",
+    "basic_auth_users": "a mapping of user name to bcrypt hash",
+}
 _MIN_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 _HASH_FORMS = "($2a$, $2b$ or $2y$, cost 4-31)"
 _CACHE_SIZE = 256
@@ -128,68 +142,109 @@ def load_web_config(path: Path) -> WebConfig:
         return WebConfig()
     if not isinstance(data, dict):
         raise WebConfigError([f"{_show(path)} must hold a mapping, not a {type(data).__name__}"])
-    problems = [f"{_show(key)}: unknown key" for key in map(str, data) if key not in _TOP_KEYS]
-    tls, tls_problems = _tls(data.get("tls_server_config"), path.parent)
-    users, user_problems = _users(data.get("basic_auth_users"))
-    problems += tls_problems + user_problems
-    if problems:
-        raise WebConfigError(problems)
-    return WebConfig(users=users, **tls)
+    try:
+        file = _WebFile.model_validate(data, context={"base": path.parent})
+    except ValidationError as exc:
+        # Unknown keys first: a misspelt key explains the faults that follow from it.
+        errors = sorted(exc.errors(), key=lambda err: err["type"] != "extra_forbidden")
+        # A bad user name is the one fault of its entry, whatever its hash.
+        bad_users = {err["loc"][:2] for err in errors if err["loc"][-1:] == ("[key]",)}
+        kept = [
+            err for err in errors if err["loc"][-1:] == ("[key]",) or err["loc"] not in bad_users
+        ]
+        raise WebConfigError([_problem(err) for err in kept]) from None
+    return file.web_config()
 
 
-def _tls(raw: Any, base: Path) -> tuple[dict[str, Any], list[str]]:
-    where = "tls_server_config"
-    if raw is None:
-        return {}, []
-    if not isinstance(raw, dict):
-        return {}, [f"{where}: must be a mapping with cert_file and key_file"]
-    problems = []
-    for key in map(str, raw):
-        if key in _UNSUPPORTED_TLS:
-            problems.append(f"{where}.{key}: not supported by llm-prober")
-        elif key not in _TLS_KEYS:
-            problems.append(f"{where}.{_show(key)}: unknown key")
-    files: dict[str, Path] = {}
-    for key in ("cert_file", "key_file"):
-        value = raw.get(key)
-        if not isinstance(value, str) or not value:
-            problems.append(f"{where}.{key}: required (a file path)")
-            continue
-        file = base / value
-        if not file.is_file():
-            problems.append(f"{where}.{key}: no such file: {_show(file)}")
-        files[key] = file
-    version = raw.get("min_version", "TLS12")
-    if version not in _MIN_VERSIONS:
-        problems.append(f"{where}.min_version: must be TLS12 or TLS13, got {version!r}")
-    out: dict[str, Any] = {**files, "min_version": _MIN_VERSIONS.get(version)}
-    if not problems:
+def _problem(err: ErrorDetails) -> str:
+    loc, kind = err["loc"], err["type"]
+    if loc[-1:] == ("[key]",):  # a user name of basic_auth_users
+        return f"{field_path(loc[:1])}: user names must be non-empty strings without ':'"
+    where = field_path(loc)
+    if (
+        kind == "extra_forbidden"
+        and loc[:1] == ("tls_server_config",)
+        and loc[-1] in _UNSUPPORTED_TLS
+    ):
+        return f"{where}: not supported by llm-prober"
+    if kind in ("extra_forbidden", "invalid_key"):  # a key of any type, by its text
+        return f"{field_path(tuple(map(str, loc)))}: unknown key"
+    if kind == "missing":  # only the TLS files are required
+        return f"{where}: required (a file path)"
+    if kind in ("model_type", "dict_type") and where in _SHAPES:
+        return f"{where}: must be {_SHAPES[where]}"
+    return f"{where}: {describe(err)}"
+
+
+def _file(value: Any, info: ValidationInfo) -> Path:
+    """A TLS file, relative to the web config file, that exists."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("required (a file path)")
+    base: Path = (info.context or {}).get("base", Path())  # load_web_config passes the folder
+    file = base / value
+    if not file.is_file():
+        raise ValueError(f"no such file: {_show(file)}")
+    return file
+
+
+def _min_version(value: Any) -> ssl.TLSVersion:
+    if not isinstance(value, str) or value not in _MIN_VERSIONS:
+        raise ValueError(f"must be {' or '.join(_MIN_VERSIONS)}, got {value!r}")
+    return _MIN_VERSIONS[value]
+
+
+def _user(name: str) -> str:
+    if not name or ":" in name:
+        raise ValueError("user names must be non-empty strings without ':'")
+    return name
+
+
+def _bcrypt_hash(value: Any) -> str:
+    # Never echo the value: a plain password pasted here by mistake must not be logged.
+    if not isinstance(value, str) or not _BCRYPT.match(value):
+        raise ValueError(f"not a bcrypt hash {_HASH_FORMS}")
+    return value
+
+
+class _Tls(BaseModel):
+    """`tls_server_config` as written: both files, relative to the web config file."""
+
+    model_config = STRICT
+
+    cert_file: Annotated[Path, BeforeValidator(_file)]
+    key_file: Annotated[Path, BeforeValidator(_file)]
+    min_version: Annotated[ssl.TLSVersion, BeforeValidator(_min_version)] = ssl.TLSVersion.TLSv1_2
+
+    @model_validator(mode="after")
+    def _loads(self) -> Self:
         try:
-            WebConfig(**out).ssl_context()
+            WebConfig(self.cert_file, self.key_file, self.min_version).ssl_context()
         except _EncryptedKey:
-            problems.append(f"{where}.key_file: passphrase-protected keys are not supported")
+            reason = "passphrase-protected keys are not supported"
+            raise field_error("key_file", reason, self.key_file) from None
         except (ssl.SSLError, OSError, ValueError) as exc:
             reason = " ".join(str(exc).split())
-            problems.append(f"{where}: cannot load cert_file/key_file: {reason}")
-    return out, problems
+            raise ValueError(f"cannot load cert_file/key_file: {reason}") from None
+        return self
 
 
-def _users(raw: Any) -> tuple[dict[str, bytes], list[str]]:
-    where = "basic_auth_users"
-    if raw is None:
-        return {}, []
-    if not isinstance(raw, dict):
-        return {}, [f"{where}: must be a mapping of user name to bcrypt hash"]
-    users, problems = {}, []
-    for user, hashed in raw.items():
-        if not isinstance(user, str) or not user or ":" in user:
-            problems.append(f"{where}: user names must be non-empty strings without ':'")
-        elif not isinstance(hashed, str) or not _BCRYPT.match(hashed):
-            # Never echo the value: a plain password pasted here by mistake must not be logged.
-            problems.append(f"{where}.{_show(user)}: not a bcrypt hash {_HASH_FORMS}")
-        else:
-            users[user] = hashed.encode()
-    return users, problems
+class _WebFile(BaseModel):
+    """The file as written; `web_config()` is what the daemon serves with."""
+
+    model_config = STRICT
+
+    tls_server_config: _Tls | None = None
+    basic_auth_users: (
+        dict[Annotated[str, AfterValidator(_user)], Annotated[str, BeforeValidator(_bcrypt_hash)]]
+        | None
+    ) = None
+
+    def web_config(self) -> WebConfig:
+        tls = self.tls_server_config
+        users = {user: hashed.encode() for user, hashed in (self.basic_auth_users or {}).items()}
+        if tls is None:
+            return WebConfig(users=users)
+        return WebConfig(tls.cert_file, tls.key_file, tls.min_version, users)
 
 
 def _show(value: object) -> str:
