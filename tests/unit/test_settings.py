@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 import pytest
 
+from prober import kinds
+from prober.bench.cli import add_bench_parser
 from prober.request import Api
 from prober.settings import ConfigError, Settings, load_settings, resolve_api_key
+from prober.sim import add_sim_arguments
+from prober.web import WEB_CONFIG, build_app
 
 MINIMAL = """\
 server:
@@ -318,3 +323,52 @@ def test_api_key_from_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert resolve_api_key(a) == "sk-env"
     assert resolve_api_key(b) == "sk-file"
     assert "sk-" not in repr(load(tmp_path, text))  # the secret is never stored in Settings
+
+
+# -- one definition per closed set, one read per file ---------------------------------------
+
+
+def test_closed_sets_come_from_kinds(tmp_path: Path) -> None:
+    """Settings, bench flags and the simulator's flag take their choices from prober.kinds."""
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers())
+    add_sim_arguments(parser)
+    choices = {a.dest: a.choices for p in [parser, *_subparsers(parser)] for a in p._actions}
+    assert tuple(choices["arrival"] or ()) == kinds.ARRIVALS
+    assert tuple(choices["event_loop"] or ()) == kinds.EVENT_LOOPS
+    assert tuple(choices["sim_reasoning_field"] or ()) == kinds.REASONING_FIELDS
+    assert list(choices["api"] or ()) == [api.value for api in kinds.Api]
+    [t] = load(tmp_path, TARGET + "    engine: vllm\n    connection: fresh\n").targets
+    assert t.engine is kinds.Engine.vllm
+    assert t.connection == "fresh"
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [p for group in groups for p in group.choices.values()]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("    engine: ollama\n",
+         "targets[0].engine: Input should be 'vllm', 'llamacpp', 'sglang' or 'tgi'"),
+        ("    connection: reuse\n", "targets[0].connection: Input should be 'pooled' or 'fresh'"),
+        ("    load: {rate: 1, arrival: burst}\n",
+         "targets[0].load.arrival: Input should be 'poisson' or 'constant'"),
+    ],
+)  # fmt: skip
+def test_closed_set_faults_list_the_choices(tmp_path: Path, text: str, expected: str) -> None:
+    assert problems(tmp_path, TARGET + text) == [expected]
+
+
+def test_web_config_file_is_read_once(tmp_path: Path) -> None:
+    """The daemon serves the web config that load_settings validated; it reads no file again."""
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users: {alice: '$2b$04$" + "a" * 53 + "'}\n")
+    settings = load(tmp_path, f"server: {{web_config_file: {web}}}\n" + TARGET)
+    web.unlink()
+    app = build_app(settings)
+    assert app[WEB_CONFIG] is settings.server.web_config
+    assert set(app[WEB_CONFIG].users) == {"alice"}
+    assert load(tmp_path, TARGET).server.web_config.users == {}
