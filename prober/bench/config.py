@@ -60,6 +60,16 @@ FLAGS = {
     "timeout_seconds": "--timeout", "connect_timeout_seconds": "--connect-timeout",
     "max_in_flight": "--max-in-flight", "event_loop": "--event-loop",
 }  # fmt: skip
+# The flag behind each field of the daemon's target that the sweep fills in (its bounds: a
+# week at most, a million tokens at most).
+_TARGET_FLAGS: dict[tuple[int | str, ...], str] = {
+    ("url",): "--url", ("model",): "--model", ("prompt_tokens",): "--input-len",
+    ("max_tokens",): "--output-len", ("api_key_env",): "--api-key-env",
+    ("slo", "ttft_seconds"): "--slo-ttft", ("slo", "tpot_seconds"): "--slo-tpot",
+    ("slo", "e2e_seconds"): "--slo-e2e", ("timeouts", "connect_seconds"): "--connect-timeout",
+    ("timeouts", "first_token_seconds"): "--timeout", ("timeouts", "total_seconds"): "--timeout",
+    ("timeouts", "idle_seconds"): "--timeout",
+}  # fmt: skip
 Count = Annotated[int, Field(ge=1)]
 Seconds = Annotated[float, Field(gt=0)]
 
@@ -169,9 +179,8 @@ class BenchConfig(OneLineModel):
             return TargetConfig(**fields)
         except ValidationError as exc:
             err = exc.errors()[0]
-            flag = {"url": "--url", "model": "--model"}.get(str(err["loc"][0]), "")
-            where = flag or field_path(err["loc"])
-            raise ValueError(f"{where}: {str(err['msg']).removeprefix('Value error, ')}") from None
+            where = _TARGET_FLAGS.get(err["loc"], field_path(err["loc"]))
+            raise ValueError(f"{where}: {describe(err)}") from None
 
     def as_json(self) -> dict[str, Any]:
         """The configuration as recorded in the report (the key's variable name, never a key)."""

@@ -24,7 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prober import logs
+from prober.bench.config import FLAGS, BenchConfig
 from prober.settings import ConfigError, Settings, load_settings
+from prober.sim import SimConfig
+from prober.webconfig import WebConfigError, load_web_config
 
 FIELDS = {
     "": ["server", "targets", "logging", "shard"],
@@ -337,3 +340,70 @@ def test_secret_header_values_are_redacted_once_loaded() -> None:
         assert logs.redact("azure-key-123456789 custom-token-98765 search-team") == (
             "[REDACTED] [REDACTED] search-team"
         )
+
+
+# -- the other configurations: the simulator's, the bench's flags, the web config file -----
+#
+# Each is a pydantic model worded by prober/validation.py: whatever the values, building one
+# succeeds or raises one line that starts with what the user wrote (a field, a flag, a key).
+
+
+def shown(name: str) -> str:
+    return name if name.isprintable() else repr(name)
+
+
+@given(st.dictionaries(st.sampled_from(list(SimConfig.model_fields)) | TEXT, ANY, max_size=4))
+def test_property_sim_config_faults_are_one_line_naming_the_field(values: dict[str, Any]) -> None:
+    try:
+        SimConfig(**values)
+    except ValueError as exc:
+        line = str(exc)
+        assert "\n" not in line, line
+        assert any(line.startswith(shown(name)) for name in values), line
+
+
+BENCH_FIELDS = [name for name in BenchConfig.model_fields if name not in ("url", "model")]
+
+
+def _stray(name: str) -> bool:
+    return name not in ("", "url", "model")  # url and model are given; "" is no argument name
+
+
+@given(st.dictionaries(st.sampled_from(BENCH_FIELDS) | TEXT.filter(_stray), ANY, max_size=4))
+def test_property_bench_faults_are_one_line_naming_the_flag(values: dict[str, Any]) -> None:
+    with isolated():
+        try:
+            BenchConfig(url="http://127.0.0.1:1/v1", model="m", **values)
+        except ValueError as exc:
+            line = str(exc)
+            assert "\n" not in line, line
+            unknown = [shown(name) for name in values if name not in FLAGS]
+            assert re.match(r"--[a-z0-9-]+( / --[a-z0-9-]+)?: ", line) or any(
+                line.startswith(f"{name}: ") for name in unknown
+            ), line
+
+
+WEB_KEYS = ["tls_server_config", "basic_auth_users", "cert_file", "key_file", "min_version"]
+WEB_DOCUMENTS = st.dictionaries(
+    st.sampled_from(WEB_KEYS) | TEXT,
+    ANY | st.dictionaries(st.sampled_from(WEB_KEYS) | TEXT, ANY, max_size=3),
+    max_size=3,
+)
+
+
+@given(WEB_DOCUMENTS)
+def test_property_web_config_faults_are_one_line_naming_the_key(document: dict[str, Any]) -> None:
+    with isolated() as folder:
+        path = folder / "web.yml"
+        path.write_text(yaml.safe_dump(document, allow_unicode=True))
+        keys = [shown(str(key)) for key in yaml.safe_load(path.read_text()) or {}]
+        try:
+            load_web_config(path)
+        except WebConfigError as exc:
+            problems = exc.problems
+        else:
+            return
+    assert problems
+    for line in problems:
+        assert "\n" not in line, line
+        assert any(line.startswith(key) for key in keys), line
