@@ -31,6 +31,14 @@ from prober.sim.faults import Fault, FaultKind, FaultPicker, parse_fault
         ("fault_rates", {"status:503": 1.5}, r"fault_rates\['status:503'\] must be a probability"),
         ("fault_rates", {"endless": 0.6, "no_tokens": 0.6}, "fault_rates must sum to at most 1"),
         ("keepalive_seconds", 0, "keepalive_seconds must be > 0"),
+        # Strict types: text, floats and bools are not counts, whatever they would convert to.
+        ("slots", "4", "slots must be an integer, got '4'"),
+        ("seed", 1.5, "seed must be an integer, got 1.5"),
+        ("decode_slowdown", "0.1", "decode_slowdown must be a number, got '0.1'"),
+        ("model", 3, "model must be a string, got 3"),
+        ("fault_rates", [("endless", 0.1)], "fault_rates must be a mapping"),
+        ("fault_rates", {"endless": "0.1"}, r"fault_rates\['endless'\] must be a probability"),
+        ("slot", 4, "^slot: unknown key$"),
     ],
 )
 def test_invalid_config_names_the_field(field: str, value: object, message: str) -> None:
@@ -38,11 +46,19 @@ def test_invalid_config_names_the_field(field: str, value: object, message: str)
         SimConfig(**{field: value})  # type: ignore[arg-type]
 
 
+def test_invalid_config_is_one_line() -> None:
+    with pytest.raises(ValueError, match=r"^slots must be >= 1, got 0$") as info:  # the first
+        SimConfig(reasoning_field="thoughts", slots=0)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+
+
 def test_defaults_are_valid_and_frozen() -> None:
     cfg = SimConfig(fault_rates={"status:503": 0.1})
     assert cfg.slots == 4
     with pytest.raises(TypeError):
         cfg.fault_rates["endless"] = 0.5  # type: ignore[index]
+    with pytest.raises(ValueError, match="frozen"):
+        cfg.slots = 8  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
