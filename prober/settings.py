@@ -18,6 +18,7 @@ import ssl
 import types
 import typing
 from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -231,6 +232,12 @@ class TargetConfig(_Strict):
         return value
 
 
+# While load_settings validates, the web config files read so far: the file is read with the
+# other fields (its faults reported beside theirs) and the model keeps what was read.
+# pydantic-settings' __init__ takes no validation context, hence a context variable.
+_READ_WEB_CONFIGS: ContextVar[dict[Path, WebConfig] | None] = ContextVar("web", default=None)
+
+
 class ServerConfig(_Strict):
     listen: str = "0.0.0.0:9470"
     grace_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
@@ -245,14 +252,24 @@ class ServerConfig(_Strict):
             raise ValueError("uvloop is not installed (pip install 'llm-prober[fast]')")
         return value
 
+    # The web config file is read once: the app serves what was validated here.
+    @field_validator("web_config_file")
+    @classmethod
+    def _web_config_file(cls, value: Path | None) -> Path | None:
+        read = _READ_WEB_CONFIGS.get()
+        if value is not None and read is not None:
+            read[value] = load_web_config(value)  # WebConfigError names the key at fault
+        return value
+
     @model_validator(mode="after")
     def _web_config(self) -> Self:
-        # Read once, here: the app serves the config validated at start-up, not a second read.
-        if self.web_config_file is not None:
-            try:
-                self._web = load_web_config(self.web_config_file)
-            except WebConfigError as exc:  # it names the key at fault
-                raise field_error("web_config_file", str(exc), self.web_config_file) from None
+        if self.web_config_file is None:
+            return self
+        loaded = (_READ_WEB_CONFIGS.get() or {}).pop(self.web_config_file, None)
+        try:
+            self._web = loaded if loaded is not None else load_web_config(self.web_config_file)
+        except WebConfigError as exc:
+            raise field_error("web_config_file", str(exc), self.web_config_file) from None
         return self
 
     @property
@@ -336,7 +353,11 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     data = _check_yaml(path) if path is not None else {}
     data = apply_environment(data, os.environ if environ is None else environ)
     try:
-        settings = Settings(**data)
+        token = _READ_WEB_CONFIGS.set({})
+        try:
+            settings = Settings(**data)
+        finally:
+            _READ_WEB_CONFIGS.reset(token)
     except ValidationError as exc:
         raise ConfigError(_problems(exc)) from None
     except ValueError as exc:  # YAML syntax and env JSON errors surface as ValueError

@@ -145,8 +145,8 @@ def load_web_config(path: Path) -> WebConfig:
     try:
         file = _WebFile.model_validate(data, context={"base": path.parent})
     except ValidationError as exc:
-        # Unknown keys first: a misspelt key explains the faults that follow from it.
-        errors = sorted(exc.errors(), key=lambda err: err["type"] != "extra_forbidden")
+        # Unknown keys first, outermost first: a misspelt key explains the faults that follow.
+        errors = sorted(exc.errors(), key=_unknown_keys_first)
         # A bad user name is the one fault of its entry, whatever its hash.
         bad_users = {err["loc"][:2] for err in errors if err["loc"][-1:] == ("[key]",)}
         kept = [
@@ -154,6 +154,11 @@ def load_web_config(path: Path) -> WebConfig:
         ]
         raise WebConfigError([_problem(err) for err in kept]) from None
     return file.web_config()
+
+
+def _unknown_keys_first(err: ErrorDetails) -> tuple[int, int]:
+    unknown = err["type"] in ("extra_forbidden", "invalid_key")
+    return (0, len(err["loc"])) if unknown else (1, 0)
 
 
 def _problem(err: ErrorDetails) -> str:

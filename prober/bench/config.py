@@ -78,7 +78,7 @@ class BenchConfig(OneLineModel):
     url: str
     model: str
     mode: Mode = Mode.CONCURRENCY
-    levels: tuple[float, ...] = (1, 2, 4, 8)
+    levels: tuple[int | float, ...] = (1, 2, 4, 8)  # ints stay ints: the flags print them back
     num_requests: Count | None = 32
     duration_seconds: Seconds | None = None
     input_len: Count = 128

@@ -372,3 +372,11 @@ def test_web_config_file_is_read_once(tmp_path: Path) -> None:
     assert app[WEB_CONFIG] is settings.server.web_config
     assert set(app[WEB_CONFIG].users) == {"alice"}
     assert load(tmp_path, TARGET).server.web_config.users == {}
+
+
+def test_web_config_faults_are_reported_beside_the_others(tmp_path: Path) -> None:
+    text = f"server: {{listen: bad, web_config_file: {tmp_path / 'nope.yml'}}}\n" + TARGET
+    assert problems(tmp_path, text) == [
+        "server.listen: must be HOST:PORT, got 'bad'",
+        f"server.web_config_file: cannot read {tmp_path / 'nope.yml'}: No such file or directory",
+    ]
