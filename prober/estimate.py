@@ -25,14 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prober.foreign import (
-    ADMITTED_GAPS,
-    Basis,
-    ForeignEstimator,
-    ProbeSample,
-    median_gap,
-    queue_threshold,
-)
+from prober.foreign import Basis, ForeignEstimator, ProbeSample, median_gap, queue_threshold
 from prober.result import RequestResult
 
 _ENVELOPE_BINS = 24  # log2 bins of prompt length: 1 .. 16M tokens
@@ -255,9 +248,7 @@ class QueueEstimator:
         # To the last token: the slot is free then, whenever the stream's end arrives.
         decode = (result.t_last_token_ns - result.t_first_token_ns) / 1e9
         queued = wait > queue_threshold(gap if step is None else step)
-        first = result.token_event_ns[: ADMITTED_GAPS + 1]
-        admitted = median_gap(first, _tokens_per_event(result)) if queued else None
-        return ProbeSample(self._clock(), wait, prefill, decode, gap, queued, stretches, admitted)
+        return ProbeSample(self._clock(), wait, prefill, decode, gap, queued, stretches)
 
     def _forget_before(self, cutoff: float) -> None:
         # Also on every observation: a daemon nobody scrapes must not grow without bound.

@@ -9,8 +9,6 @@ What each probe yields (`ProbeSample`), and how the figures follow (README, "Que
   any probe (a probe decoding alone); β is the jump in a probe's gaps when its companion probe
   joins its batch (`observe_pair`), or, with the slot count known, the secant from α to the gap
   of probes that decoded at full batch;
-- the gap of its first tokens when it had to wait: it was admitted at a departure, into a
-  full batch (`gap_full`);
 - its service time (prefill + decode), which at full batch gives the drain rate: a queue only
   exists while every slot is busy, and then the engine admits requests at `μ = slots / T`,
   T the service time of a request of the traffic's shape.
@@ -50,7 +48,6 @@ _MIN_PAIRS = 5
 _MIN_SLOT_PAIRS = 15
 _MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
 _MIN_FULL = 3  # probes seen decoding at full batch before the slots are learned
-ADMITTED_GAPS = 3  # a queued probe's first gaps, read as the full batch's
 _MAX_SLOTS = 4096
 # A probe is admitted at a departure. From a random instant the next departure is, on
 # average, (1 + cv²) / 2 intervals away, cv the variation of the intervals between
@@ -86,13 +83,10 @@ class ProbeSample:
     prefill: float
     decode: float  # first token to end
     gap: float | None  # median per-token gap while it decoded without a companion
-    queued: bool  # it waited for a slot: it was admitted into a full batch
+    queued: bool  # it waited for a slot: it then decoded at full batch
     # (median gap, own sequences beside it) of each stretch of its decode: before its
     # companion joined (0), and while the companion decoded beside it (1).
     stretches: tuple[tuple[float, int], ...] = ()
-    # A queued probe's median gap over its first few tokens: the batch it was admitted into
-    # is full then, later a departure may leave it short (below saturation, soon).
-    admitted_gap: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +238,7 @@ class ForeignEstimator:
     def observe(self, sample: ProbeSample) -> None:
         self._samples.append(sample)
         if sample.gap is not None:
-            self.decode.observe(sample.gap, full_batch=False)
-        if sample.queued and sample.admitted_gap is not None:
-            self.decode.observe(sample.admitted_gap, full_batch=True)
+            self.decode.observe(sample.gap, full_batch=sample.queued)
         if sample.queued:
             self._full_service.append(self._traffic_service(sample))
 

@@ -144,7 +144,7 @@ def _estimator(
 
 
 def _queued(clock: Clock, wait: float, decode: float = 0.75, prefill: float = 0.05) -> ProbeSample:
-    return ProbeSample(clock.now, wait, prefill, decode, gap(4), True, admitted_gap=gap(4))
+    return ProbeSample(clock.now, wait, prefill, decode, gap(4), True)
 
 
 def test_waiting_is_drain_rate_times_wait_less_one_interval() -> None:
@@ -278,18 +278,3 @@ def test_server_saturation_divides_by_the_slots_hint_before_anything_is_learned(
     registry.register(CapacityCollector([cap]))
     text = generate_latest(registry).decode()
     assert 'llmprober_saturation{model="m",source="server",target="vllm"} 0.5' in text
-
-
-def test_a_queued_probe_tells_the_full_batch_by_its_first_tokens() -> None:
-    """Admitted at a departure into a full batch, the probe decodes at `gap(4)` until another
-    request leaves; its later, faster gaps say nothing about the full batch."""
-    clock = Clock()
-    foreign = _estimator(clock, hint=None)
-    estimator = QueueEstimator(clock=clock, foreign=foreign)
-    gaps = [gap(4)] * 3 + [gap(2)] * 20
-    estimator.observe(_result(0.0, 1.0, 1.0 + sum(gaps), gaps), probe=True)  # waited 0.95 s
-    assert foreign.decode.gap_full == pytest.approx(gap(4))
-    assert foreign.decode.alpha == pytest.approx(gap(2))  # its median gap, not the full one
-    unqueued = QueueEstimator(clock=clock, foreign=(alone := _estimator(clock, hint=None)))
-    unqueued.observe(_result(0.0, 0.05, 0.05 + sum(gaps), gaps), probe=True)
-    assert alone.decode.gap_full is None  # a free slot says nothing of a full batch
