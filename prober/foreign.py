@@ -39,6 +39,7 @@ _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
 # Below saturation one probe sees a batch that comes and goes within its decode: the running
 # figure averages the probes of a longer window.
 _RUNNING_SECONDS = 10.0
+_SERVICE_SECONDS = 30.0  # full-batch service times: the drain rate of the last half minute
 _STALE_SECONDS = 300.0  # past this, an old probe says nothing about now
 _MIN_PAIRS = 5
 # Slots are read from β, which pairs give as a median of jumps clustered at 0, β and 2β (a
@@ -233,14 +234,14 @@ class ForeignEstimator:
         self._clock = clock
         self.decode = DecodeModel()
         self._samples: deque[ProbeSample] = deque(maxlen=256)
-        self._full_service: deque[float] = deque(maxlen=32)
+        self._full_service: deque[tuple[float, float]] = deque(maxlen=32)  # (at, seconds)
 
     def observe(self, sample: ProbeSample) -> None:
         self._samples.append(sample)
         if sample.gap is not None:
             self.decode.observe(sample.gap, full_batch=sample.queued)
         if sample.queued:
-            self._full_service.append(self._traffic_service(sample))
+            self._full_service.append((sample.at, self._traffic_service(sample)))
 
     def _traffic_service(self, s: ProbeSample) -> float:
         """Service time of a request of the traffic's shape, scaled from the probe's."""
@@ -295,11 +296,20 @@ class ForeignEstimator:
         step = self.decode.gap_full or (statistics.median(gaps) if gaps else None)
         if wait <= queue_threshold(step):
             return 0.0
-        service = statistics.median(self._full_service) if self._full_service else 0.0
+        service = self._service(self._clock())
         if slots is None or service <= 0:
             return None
         mu = slots / service
         return max(0.0, mu * wait - _RESIDUAL_DEPARTURES)
+
+    def _service(self, now: float) -> float:
+        """Median full-batch service time of the last `_SERVICE_SECONDS` (at least the last
+        `_MIN_FULL` probes): the drain rate follows the engine's pace, and a probe that waited
+        briefly at light load (a batch soon short again) is forgotten once a queue lasts."""
+        recent = [t for at, t in self._full_service if at >= now - _SERVICE_SECONDS]
+        if len(recent) < _MIN_FULL:
+            recent = [t for _, t in itertools.islice(reversed(self._full_service), _MIN_FULL)]
+        return statistics.median(recent) if recent else 0.0
 
     def _running(
         self, recent: list[ProbeSample], slots: int | None, own_holding: float

@@ -278,3 +278,20 @@ def test_server_saturation_divides_by_the_slots_hint_before_anything_is_learned(
     registry.register(CapacityCollector([cap]))
     text = generate_latest(registry).decode()
     assert 'llmprober_saturation{model="m",source="server",target="vllm"} 0.5' in text
+
+
+def test_the_drain_rate_follows_the_engines_pace() -> None:
+    """Full-batch service times of the last 30 s give μ: probes that waited when the engine
+    was faster (or only briefly, at light load) do not hold it high once a queue lasts."""
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    for _ in range(5):
+        est.observe(_queued(clock, wait=2.0, decode=0.15))  # service 0.2 s: μ = 20/s
+    clock.now += 40.0
+    for _ in range(3):
+        est.observe(_queued(clock, wait=2.0))  # service 0.8 s: μ = 5/s
+    assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
+    clock.now += 40.0  # nothing newer: the last three still tell the pace
+    est.observe(_queued(clock, wait=2.0))
+    assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
