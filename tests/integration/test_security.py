@@ -29,7 +29,7 @@ from prober.logs import setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from tests.integration.daemon import daemon, simulator, wait_for
 from tests.integration.hostile import hostile_server
-from tests.support.servers import bad_http_server
+from tests.support.servers import bad_http_server, serve_app
 
 KEY_ENV = "LLMPROBER_TEST_CANARY_KEY"
 ERROR_CUT = 200  # request.py keeps this many characters of an error body
@@ -104,14 +104,8 @@ async def canary_llm(prompts: list[str]) -> AsyncIterator[str]:
 async def _serve(handler: Any) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as url:
+        yield url
 
 
 async def fetch(url: str) -> str:

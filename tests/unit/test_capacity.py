@@ -20,16 +20,9 @@ from prober.result import Outcome, RequestResult
 from prober.servers import Engine, ServerSnapshot
 from prober.settings import TargetConfig
 from prober.targets import Target
+from tests.support.clock import Clock
 
 S = 1_000_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def capacity(

@@ -15,17 +15,10 @@ from prober.foreign import (
     median_gap,
 )
 from prober.result import Outcome, RequestResult
+from tests.support.clock import Clock
 
 S = 1_000_000_000
 ALPHA, BETA = 0.020, 0.006  # gap(b) = α + β·(b − 1)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def gap(batch: int) -> float:

@@ -23,18 +23,11 @@ from prober.result import Outcome, RequestResult
 from prober.schedule import ProbeScheduler
 from prober.settings import TargetConfig
 from prober.targets import Target
+from tests.support.clock import Clock
 
 MS = 1_000_000
 SESSION = cast(aiohttp.ClientSession, object())  # the fake endpoint never uses it
 WALL = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def answer(t_sched_ns: int, outcome: Outcome = Outcome.OK) -> RequestResult:
