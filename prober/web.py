@@ -128,7 +128,7 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
     Every replica carries 1/count of each target's load; only the replica that probes a
     target scrapes its server metrics, so summing across replicas counts the truth once.
     """
-    session, settings = app[SESSION], app[SETTINGS]
+    session, settings, recorder = app[SESSION], app[SETTINGS], app[RECORDER]
     capacity = app[CAPACITY]
     loads: list[LoadDriver] = []
     for target in app[TARGETS].values():
@@ -137,7 +137,6 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
             continue
         cap = capacity[target.name]
         rate = cfg.rate / settings.shard.count
-        recorder = app[RECORDER]
         loads.append(LoadDriver(session, target, cfg, recorder, rate=rate, own_load=cap.own_load))
     app[LOADS] = loads
     watchers = [
