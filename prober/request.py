@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
+from prober.body import BodyReader
 from prober.kinds import Api as Api  # re-exported: callers import it from here
 from prober.result import Outcome, RequestResult
 from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
@@ -37,12 +38,6 @@ _ERROR_BODY_BYTES = 2048
 _ERROR_BODY_SECONDS = 1.0  # an error body that trickles is cut here, not at the deadline
 _ERROR_CHARS = 200
 _STALE_WITHIN_SECONDS = 0.25
-# After the end of a stream, how long and how much of what follows is read so the connection
-# can go back to the pool (the chunked terminator usually follows within microseconds). A
-# server that keeps sending, or holds the connection open, has its connection closed.
-_AFTER_END_SECONDS = 0.05
-_AFTER_END_BYTES = 64 * 1024
-_BYTES_PER_EVENT = 4 * 1024  # body bytes allowed per event of the bound, beyond 2 lines
 MAX_RETRY_AFTER_SECONDS = 86_400.0
 
 
@@ -242,7 +237,16 @@ class _Exchange:
                             f"compressed body refused (Content-Encoding: {encoding})",
                             resp.status,
                         )
-                    await self._read_body(resp, deadline, total_deadline)
+                    await BodyReader(
+                        self.state,
+                        _reader(self.spec),
+                        resp.content,
+                        max_line_bytes=self.spec.max_line_bytes,
+                        idle_seconds=timeouts.idle_seconds,
+                        deadline=deadline,
+                        total_deadline=total_deadline,
+                        on_streaming=self._streaming,
+                    ).read(resp)
         except TimeoutError as exc:
             if self.state.done:  # the deadline fell while reading past the end
                 return self.concluded()
@@ -288,42 +292,8 @@ class _Exchange:
             return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {_describe(exc)}")
         return self.concluded()
 
-    async def _read_body(
-        self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, total_deadline: float
-    ) -> None:
-        """The hot loop: stamp each read (when its bytes arrived), then parse it."""
-        loop = asyncio.get_running_loop()
-        reader = _reader(self.spec)
-        state = self.state
-        content = resp.content
-        feed = state.feed
-        clock = time.perf_counter_ns
-        arrivals = arrival_clock(resp)
-        idle: _IdleWatch | None = None
-        budget = 2 * self.spec.max_line_bytes + _BYTES_PER_EVENT * (state.event_limit or 0)
-        try:
-            while chunk := await content.readany():
-                t_ns = clock() if arrivals is None else arrivals.received_ns
-                state.first_byte(t_ns)
-                budget -= len(chunk)
-                if budget < 0:
-                    raise StreamError("body larger than its bound for max_tokens")
-                if feed(reader, chunk, t_ns):
-                    if state.done:
-                        await _after_end(resp)
-                        return
-                    if state.t_first_token_ns is None:
-                        continue
-                    if idle is not None:
-                        idle.last = loop.time()
-                    else:
-                        self.phase = _Phase.STREAMING
-                        deadline.reschedule(total_deadline)
-                        idle = _IdleWatch(loop, deadline, self.spec.timeouts.idle_seconds)
-            state.close(reader, clock())
-        finally:
-            if idle is not None:
-                idle.cancel()
+    def _streaming(self) -> None:
+        self.phase = _Phase.STREAMING
 
     def _post(self) -> Any:
         spec = self.spec
@@ -385,49 +355,6 @@ class _Exchange:
         return self.finish(Outcome.STALLED, f"no event for {timeouts.idle_seconds}s")
 
 
-class _IdleWatch:
-    """The stall deadline: `idle` seconds after the last event, expiring `deadline` then.
-
-    Moving the deadline on every event cost a timer-heap push and a cancelled handle per token
-    (the largest item in the client's profile after parsing). Here an event only notes its
-    time; the one timer, when it fires, expires the deadline if no event came since it was
-    armed, else re-arms at last event + idle. It expires exactly when the per-event reschedule
-    would have. Past the total deadline it is not armed: `deadline` already ends there.
-    """
-
-    __slots__ = ("_armed_for", "_deadline", "_handle", "_idle", "_loop", "last")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: asyncio.Timeout, idle: float):
-        self._loop = loop
-        self._deadline = deadline
-        self._idle = idle
-        self._handle: asyncio.TimerHandle | None = None
-        self.last = loop.time()
-        self._armed_for = self.last
-        self._arm()
-
-    def _arm(self) -> None:
-        when = self.last + self._idle
-        total = self._deadline.when()
-        if total is None or when < total:
-            self._armed_for = self.last
-            self._handle = self._loop.call_at(when, self._fire)
-        else:
-            self._handle = None
-
-    def _fire(self) -> None:
-        if self.last == self._armed_for:
-            self._handle = None
-            self._deadline.reschedule(self._loop.time())
-        else:
-            self._arm()
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
 def _describe(exc: BaseException) -> str:
     """Type and message of an exception on one line, never its repr (which may carry
     request headers)."""
@@ -449,23 +376,6 @@ def _compressed(resp: aiohttp.ClientResponse) -> str:
 def _printable(text: str, limit: int = _ERROR_CHARS) -> str:
     """`text` on one line, control characters dropped, at most `limit` characters."""
     return "".join(c for c in " ".join(text.split()) if c.isprintable())[:limit]
-
-
-async def _after_end(resp: aiohttp.ClientResponse) -> None:
-    """Read briefly past the end so the connection can be reused; else close it."""
-    content = resp.content
-    if content.at_eof():
-        return
-    try:
-        async with asyncio.timeout(_AFTER_END_SECONDS):
-            seen = 0
-            while seen <= _AFTER_END_BYTES:
-                if not (chunk := await content.readany()):
-                    return
-                seen += len(chunk)
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        pass
-    resp.close()
 
 
 async def _error_snippet(resp: aiohttp.ClientResponse) -> str:

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         {"timings", "sse", "wire", "arrivals", "prompts", "runtime", "webconfig", "validation"}
         | {"foreign", "servers"},
     ),
-    ("one request, one signal", {"stream", "request", "summary", "estimate", "metrics"}),
+    ("one request, one signal", {"stream", "body", "request", "summary", "estimate", "metrics"}),
     ("exposition", {"exposition"}),
     ("configuration", {"settings", "targets"}),
     ("capacity", {"capacity"}),

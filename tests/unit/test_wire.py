@@ -1,6 +1,6 @@
-"""prober.wire: reads are stamped when the loop received their bytes, not when the reading
-task got to run. Ordering and wide margins only: the loop is blocked on purpose for 100 ms,
-and the assertions allow half of that."""
+"""prober.wire: reads are stamped when the loop received their bytes, not when they were
+parsed; the parsing gives the loop back between slices. Ordering and wide margins only: the
+loop is blocked on purpose for 100 ms, and the assertions allow half of that."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from prober import wire
 from prober.request import Api, RequestSpec, stream_request
+from prober.result import RequestResult
+from prober.runtime import EventLoopChoice, new_event_loop
 from prober.wire import ArrivalStampingHandler, request_session
 from tests.support.servers import FAST, serve
 from tests.support.sse import chunk, sse, start_stream
@@ -136,3 +140,89 @@ async def test_a_plain_session_still_stamps_reads() -> None:
         result = await stream_request(session, spec(url), before)
     assert result.ok
     assert before <= result.t_send_ns <= result.token_event_ns[0] <= result.t_end_ns
+
+
+class _Pending:
+    """A connection with a read waiting: each parse moves the fake clock on by `cost`."""
+
+    def __init__(self, clock: list[float], cost: float, log: list[str], name: str) -> None:
+        self.clock, self.cost, self.log, self.name = clock, cost, log, name
+        self.wakes: str | None = None  # what the parse wakes (a task woken by a stream's end)
+
+    def read_pending(self) -> None:
+        self.clock[0] += self.cost
+        self.log.append(self.name)
+        if self.wakes is not None:
+            asyncio.get_running_loop().call_soon(self.log.append, self.wakes)
+
+
+async def test_the_pump_gives_the_loop_back_between_slices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ten reads of 0.2 ms each: three fit a 0.5 ms slice; what a parse woke (the worker
+    whose stream ended, about to send its next request) runs before the next slice, and
+    every read is parsed in the order it came."""
+    clock = [0.0]
+    monkeypatch.setattr(wire.time, "perf_counter", lambda: clock[0])
+    log: list[str] = []
+    pump = wire.ReadPump()
+    reads = [_Pending(clock, 0.0002, log, str(i)) for i in range(10)]
+    reads[1].wakes = "send"
+    for read in reads:
+        pump.want(cast(ArrivalStampingHandler, read))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert log == ["0", "1", "2", "send", "3", "4", "5", "6", "7", "8", "9"]
+    # Empty again: the next read schedules a run of its own.
+    pump.want(cast(ArrivalStampingHandler, _Pending(clock, 0.0, log, "late")))
+    await asyncio.sleep(0)
+    assert log[-1] == "late"
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_an_end_followed_by_a_close_is_parsed_before_the_loss(loop_kind: str) -> None:
+    """`[DONE]` and then the server's close arrive while the client's loop is held, the
+    chunked body unterminated: what came before the loss is parsed before the loss is
+    handled, so the stream has ended, not broken; on both loops."""
+    if loop_kind == "uvloop":
+        pytest.importorskip("uvloop")
+    listener = socket.create_server(("127.0.0.1", 0))
+    headers_sent, go = threading.Event(), threading.Event()
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        headers_sent.set()
+        go.wait(10)
+        body = chunk({"content": "hi"}) + chunk({}, "stop") + sse("[DONE]")
+        conn.sendall(b"%x\r\n%s\r\n" % (len(body), body))
+        conn.close()  # no terminating 0-chunk
+
+    async def client() -> RequestResult:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        async with request_session(aiohttp.TCPConnector()) as session:
+            task = asyncio.create_task(stream_request(session, spec(url), time.perf_counter_ns()))
+            assert await asyncio.to_thread(headers_sent.wait, 5)
+            await asyncio.sleep(0.05)  # the headers are parsed, the body is being waited for
+            go.set()
+            time.sleep(0.05)  # the loop is held while the body and the close arrive
+            return await task
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    loop, _ = new_event_loop(cast(EventLoopChoice, loop_kind))
+    try:
+        result = loop.run_until_complete(client())
+    finally:
+        loop.close()
+        go.set()
+        thread.join(5)
+        listener.close()
+    assert result.ok, result.error
+    assert result.output_tokens == 1
