@@ -1,24 +1,30 @@
 """A streaming chat server that records the truth: when each request arrived, when each token left.
 
     .venv/bin/python bench/truth_server.py --port P [--ttft 0.05] [--step 0.01] [--loop uvloop]
+        [--arrival kernel|read]
 
-The yardstick of `perf_bench.py` and `perf_load.py --server truth`. A bare asyncio.Protocol
-HTTP/1.1 server (keep-alive, chunked SSE in OpenAI's chat shape, usage at the end), with as
+The yardstick of `perf_bench.py` and `perf_load.py --server truth`. Keep-alive HTTP/1.1 on
+bare non-blocking sockets (chunked SSE in OpenAI's chat shape, usage at the end), with as
 little between the socket and the clock as possible:
 
-- **receive**: `perf_counter_ns()` in `data_received` when the request's last byte arrived,
-  the answer deferred to the loop's queue so a burst of arrivals is stamped before any is
-  answered;
-- **token write**: `perf_counter_ns()` right after `transport.write()` returned (uvloop and
-  asyncio both write at once when the socket's buffer is empty; `perf_writes.py` checks);
-- the first token is written `--ttft` after the receive (a timer of its own: the prefill),
+- **arrival** (`kernel`, the default): the kernel's receive stamp of the request's last
+  bytes (`SO_TIMESTAMPNS`, read with `recvmsg`, moved from CLOCK_REALTIME to the monotonic
+  clock). It does not depend on when the server got round to reading: while it writes a
+  step's burst to 200 streams, a request that arrives waits in the socket, and a stamp taken
+  on reading it (`read`, the previous yardstick) was late by the rest of the burst, which
+  made every client look slower by that much (the raw floor's own TTFT error at c=200 was
+  +1.5 ms with it);
+- **token write**: `perf_counter_ns()` right after `send()` returned: on loopback the bytes
+  are in the client's receive queue by then (`perf_writes.py` checks the same of the
+  simulator's writes);
+- the first token is written `--ttft` after the arrival (a timer of its own: the prefill),
   every later one on a shared `--step` clock, to every stream in one burst, as a continuously
   batched engine does. Answers are `max_tokens` tokens long.
 
-TTFT truth = first token write − receive. `GET /truth` returns `{request_id: [receive_ns,
+TTFT truth = first token write − arrival. `GET /truth` returns `{request_id: [arrival_ns,
 [write_ns, ...]]}` for the requests finished since the last call and forgets them (the id is
 the client's `X-Request-Id`, or one of ours); `GET /health` answers 200. Stamps are
-CLOCK_MONOTONIC, comparable with the client's across processes.
+CLOCK_MONOTONIC, comparable with the client's `perf_counter_ns()` across processes.
 """
 
 from __future__ import annotations
@@ -26,14 +32,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import struct
 import time
 import uuid
-from collections.abc import Callable
-from typing import cast
 
 _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD = 64 * 1024
 _USAGE_PROMPT_TOKENS_PER_WORD = 1.3
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
+_RECV_BYTES = 256 * 1024
+_ANCILLARY_BYTES = 64
 
 
 def _chunk(data: bytes) -> bytes:
@@ -49,7 +58,7 @@ class Stream:
 
     __slots__ = ("left", "prompt", "receive_ns", "rid", "sent", "token", "transport", "writes")
 
-    def __init__(self, transport: asyncio.Transport, rid: str, tokens: int, prompt: int) -> None:
+    def __init__(self, transport: Connection, rid: str, tokens: int, prompt: int) -> None:
         self.transport = transport
         self.rid = rid
         # Built once: a step's burst of writes should cost the server as little as possible,
@@ -109,35 +118,92 @@ class Engine:
         return False
 
 
-class HttpProtocol(asyncio.Protocol):
-    """Keep-alive HTTP/1.1: requests in, the engine's streams out."""
+class Connection:
+    """Keep-alive HTTP/1.1 on a bare non-blocking socket: requests in, the engine's streams
+    out. Not an asyncio transport: the receive needs `recvmsg`, for the kernel's stamp."""
 
-    def __init__(self, engine: Engine) -> None:
+    __slots__ = ("arrival", "buf", "closed", "engine", "fd", "loop", "out", "sock")
+
+    def __init__(self, sock: socket.socket, engine: Engine, arrival: str) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
         self.engine = engine
+        self.arrival = arrival
+        self.loop = asyncio.get_running_loop()
         self.buf = b""
-        self.transport: asyncio.Transport | None = None
+        self.out: list[bytes] = []
+        self.closed = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if arrival == "kernel":
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self.loop.add_reader(self.fd, self._readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, only alike.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        # Stamp now, answer later: when 200 requests arrive together, the loop reads all 200
-        # sockets first and only then runs the answers, so the 200th is not stamped late by
-        # the 199 answers before it (the truth must not include the server's own queueing).
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(_RECV_BYTES, _ANCILLARY_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
         now = time.perf_counter_ns()
+        if not data:
+            self.close()
+            return
+        for level, kind, stamp in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", stamp[:16])
+                now = sec * 1_000_000_000 + nsec - realtime_offset_ns()
         self.buf += data
-        asyncio.get_running_loop().call_soon(self._drain, now)
-
-    def _drain(self, now: int) -> None:
         while (request := self._next_request()) is not None:
             self._answer(*request, now)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out.append(data)
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        if sent < len(data):
+            self.out.append(data[sent:])
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        data = b"".join(self.out)
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        self.out = [data[sent:]] if sent < len(data) else []
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.loop.remove_writer(self.fd)
+            self.sock.close()
 
     def _next_request(self) -> tuple[bytes, dict[bytes, bytes], bytes] | None:
         end = self.buf.find(_HEAD_END)
         if end < 0:
-            if len(self.buf) > _MAX_HEAD and self.transport is not None:
-                self.transport.close()
+            if len(self.buf) > _MAX_HEAD:
+                self.close()
             return None
         lines = self.buf[:end].split(b"\r\n")
         headers = {}
@@ -152,46 +218,70 @@ class HttpProtocol(asyncio.Protocol):
         return lines[0], headers, body
 
     def _answer(self, line: bytes, headers: dict[bytes, bytes], body: bytes, now: int) -> None:
-        transport = self.transport
-        assert transport is not None
         path = line.split(b" ")[1] if b" " in line else b"/"
         if path == b"/truth":
             done, self.engine.finished = self.engine.finished, {}
-            _plain(transport, json.dumps(done).encode())
+            self._plain(json.dumps(done).encode())
             return
         if not path.endswith(b"/chat/completions"):
-            _plain(transport, b"ok")
+            self._plain(b"ok")
             return
         request = json.loads(body)
         words = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
         rid = headers.get(b"x-request-id", b"").decode() or uuid.uuid4().hex
-        stream = Stream(transport, rid, int(request.get("max_tokens") or 16),
+        stream = Stream(self, rid, int(request.get("max_tokens") or 16),
                         max(1, round(words * _USAGE_PROMPT_TOKENS_PER_WORD)))  # fmt: skip
         stream.receive_ns = now
-        transport.write(
+        self.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
             + _event({"id": rid, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
         )
         self.engine.admit(stream)
 
+    def _plain(self, body: bytes) -> None:
+        self.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
 
-def _plain(transport: asyncio.Transport, body: bytes) -> None:
-    transport.write(
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-        % (len(body), body)
-    )
+
+def realtime_offset_ns() -> int:
+    """CLOCK_REALTIME − CLOCK_MONOTONIC now, from the tightest of three brackets: the kernel
+    stamps receives on the real-time clock, everything else here is monotonic."""
+    best = (1 << 62, 0)
+    for _ in range(3):
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        real = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        best = min(best, (after - before, real - (before + after) // 2))
+    return best[1]
 
 
-async def serve(port: int, ttft: float, step: float) -> None:
+async def serve(port: int, ttft: float, step: float, arrival: str) -> None:
     engine = Engine(ttft, step)
     engine.start()
-    factory: Callable[[], asyncio.Protocol] = lambda: HttpProtocol(engine)  # noqa: E731
-    server = await asyncio.get_running_loop().create_server(
-        factory, "127.0.0.1", port, backlog=4096
-    )
-    async with server:
-        await server.serve_forever()
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", port), backlog=4096)
+    listener.setblocking(False)
+    connections: list[Connection] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            connections.append(Connection(sock, engine, arrival))
+
+    loop.add_reader(listener.fileno(), accept)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        loop.remove_reader(listener.fileno())
+        for connection in connections:
+            connection.close()
+        listener.close()
 
 
 def main() -> None:
@@ -200,12 +290,16 @@ def main() -> None:
     parser.add_argument("--ttft", type=float, default=0.05)
     parser.add_argument("--step", type=float, default=0.01)
     parser.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
+    parser.add_argument(
+        "--arrival", default="kernel", choices=["kernel", "read"],
+        help="a request's arrival: the kernel's receive stamp, or when the server read it",
+    )  # fmt: skip
     ns = parser.parse_args()
     if ns.loop == "uvloop":
         import uvloop
 
         uvloop.install()
-    asyncio.run(serve(ns.port, ns.ttft, ns.step))
+    asyncio.run(serve(ns.port, ns.ttft, ns.step, ns.arrival))
 
 
 if __name__ == "__main__":
