@@ -48,7 +48,7 @@ from prober.logs import get_logger
 from prober.metric_specs import STAMPING_INFO, gauge
 
 Stamping = Literal["protocol", "fallback"]
-_SLICE_SECONDS = 0.0005  # parsing between two polls of the loop's sockets (`ReadPump`)
+_SLICE_SECONDS = 0.00005  # parsing between two polls of the loop's sockets (`ReadPump`)
 _MAX_KEPT_BYTES = 256 * 1024  # read but not yet parsed, on one connection
 _log = get_logger("prober.wire")
 

@@ -159,14 +159,14 @@ class _Pending:
 async def test_the_pump_gives_the_loop_back_between_slices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Ten reads of 0.2 ms each: three fit a 0.5 ms slice; what a parse woke (the worker
+    """Ten reads of 0.4 slice each: three fill a slice; what a parse woke (the worker
     whose stream ended, about to send its next request) runs before the next slice, and
     every read is parsed in the order it came."""
     clock = [0.0]
     monkeypatch.setattr(wire.time, "perf_counter", lambda: clock[0])
     log: list[str] = []
     pump = wire.ReadPump()
-    reads = [_Pending(clock, 0.0002, log, str(i)) for i in range(10)]
+    reads = [_Pending(clock, 0.4 * wire._SLICE_SECONDS, log, str(i)) for i in range(10)]
     reads[1].wakes = "send"
     for read in reads:
         pump.want(cast(ArrivalStampingHandler, read))
