@@ -26,6 +26,7 @@ from prober.logs import get_logger
 from prober.prompts import PromptBuilder
 from prober.record import Mode, Recorder, cancelled
 from prober.result import RequestResult
+from prober.runtime import start_now
 from prober.settings import LoadConfig
 from prober.targets import Target, spread
 
@@ -112,7 +113,7 @@ class LoadDriver:
             if len(self._tasks) >= cap:
                 self._drop()
                 continue
-            task = asyncio.create_task(self._one(t_sched_ns))
+            task = start_now(self._one(t_sched_ns))  # dispatch lag counts until it runs
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

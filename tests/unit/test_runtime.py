@@ -6,6 +6,7 @@ import asyncio
 import gc
 import importlib
 import importlib.util
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -112,3 +113,20 @@ def test_tune_gc_freezes_the_start_up_heap_and_raises_gen0() -> None:
     cycle.append(cycle)
     del cycle
     assert gc.collect() >= 1
+
+
+async def test_start_now_runs_a_task_up_to_its_first_wait_where_python_can() -> None:
+    """Python 3.12+: the first step has run when `start_now` returns (an eager task); 3.11:
+    it runs at the loop's next pass, as `create_task` does."""
+    ran: list[str] = []
+
+    async def request() -> str:
+        ran.append("written")
+        await asyncio.sleep(0)
+        ran.append("answered")
+        return "done"
+
+    task = runtime.start_now(request())
+    assert ran == (["written"] if sys.version_info >= (3, 12) else [])
+    assert await task == "done"
+    assert ran == ["written", "answered"]
