@@ -132,10 +132,14 @@ class BodyReader:
             return
         content = self._content
         try:
-            chunk = content.read_nowait()  # raises what ended the connection mid-body
-            if chunk and self.take(chunk, protocol.received_ns):
-                ended.set_result(True)
-            elif content.at_eof():
+            # Until the body is empty: taking from it can resume aiohttp's parser (paused on
+            # a full buffer, a flood), which refills it from bytes that came with this read,
+            # and no later read may come to call again while the transport stays paused.
+            while chunk := content.read_nowait():  # raises what ended the connection
+                if self.take(chunk, protocol.received_ns):
+                    ended.set_result(True)
+                    return
+            if content.at_eof():
                 self.state.close(self.reader, time.perf_counter_ns())
                 ended.set_result(False)
         except Exception as exc:  # handed to the task, which classifies it

@@ -48,7 +48,8 @@ from prober.logs import get_logger
 from prober.metric_specs import STAMPING_INFO, gauge
 
 Stamping = Literal["protocol", "fallback"]
-_SLICE_SECONDS = 0.00005  # parsing between two polls of the loop's sockets (`ReadPump`)
+_SLICE_NS = 50_000  # parsing between two polls of the loop's sockets (`ReadPump`)
+_OVERDUE_NS = 5_000_000  # a read waiting this long is parsed on the pump's next pass
 _MAX_KEPT_BYTES = 256 * 1024  # read but not yet parsed, on one connection
 _log = get_logger("prober.wire")
 
@@ -73,12 +74,17 @@ class ReadPump:
 
     A read is stamped in `data_received`; the parsing of its bytes (`on_read`) waits here, in
     the order the reads arrived. The pump runs from the loop's queue and hands the loop back
-    after `_SLICE_SECONDS` of parsing: the loop then polls the sockets again, stamping what
-    arrived meanwhile, and runs what the parsed reads woke (a closed-loop worker writing its
-    next request, a load driver's timer) before the rest of a burst is parsed. With one task
-    woken per read instead, a batched step's 200 reads were all parsed before anything else
-    ran: a request that ended early in the burst waited for the whole burst before its
-    worker could send the next, and every socket's next read waited as long to be stamped.
+    after `_SLICE_NS` of parsing: the loop then polls the sockets again, stamping what arrived
+    meanwhile, and runs what the parsed reads woke (a closed-loop worker writing its next
+    request, a load driver's timer) before the rest of a burst is parsed. With one task woken
+    per read instead, a batched step's 200 reads were all parsed before anything else ran: a
+    request that ended early in the burst waited for the whole burst before its worker could
+    send the next, and every socket's next read waited as long to be stamped.
+
+    A slice is a share of the loop, so when the loop is busy with other work the pump would
+    fall behind: reads that have waited `_OVERDUE_NS` are all parsed on the next pass,
+    slice or not. Parsing is never later than that plus one pass of the loop (it is what
+    notices a body past its bound, or a first token that moves a deadline).
     """
 
     __slots__ = ("_pending", "_scheduled")
@@ -95,12 +101,13 @@ class ReadPump:
 
     def _run(self) -> None:
         pending = self._pending
-        clock = time.perf_counter
-        end = clock() + _SLICE_SECONDS
+        clock = time.perf_counter_ns
+        start = clock()
+        end, overdue = start + _SLICE_NS, start - _OVERDUE_NS
         try:
             while pending:
                 pending.popleft().read_pending()
-                if clock() >= end:
+                if pending and clock() >= end and pending[0].waiting_ns > overdue:
                     break
         finally:
             if pending:
@@ -124,6 +131,7 @@ class ArrivalStampingHandler(ResponseHandler):
 
     received_ns = 0
     made_ns = 0
+    waiting_ns = 0  # the first read not parsed yet arrived then (the pump's queue)
     on_read: Callable[[], None] | None = None
 
     def __init__(self, *args: Any, pump: ReadPump | None = None, **kwargs: Any) -> None:
@@ -154,6 +162,7 @@ class ArrivalStampingHandler(ResponseHandler):
             self.read_pending()  # a flood is parsed at once, as aiohttp alone would
         elif not self._read_soon:
             self._read_soon = True
+            self.waiting_ns = self.received_ns
             self._pump.want(self)
 
     def eof_received(self) -> None:

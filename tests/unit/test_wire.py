@@ -145,8 +145,9 @@ async def test_a_plain_session_still_stamps_reads() -> None:
 class _Pending:
     """A connection with a read waiting: each parse moves the fake clock on by `cost`."""
 
-    def __init__(self, clock: list[float], cost: float, log: list[str], name: str) -> None:
+    def __init__(self, clock: list[int], cost: int, log: list[str], name: str) -> None:
         self.clock, self.cost, self.log, self.name = clock, cost, log, name
+        self.waiting_ns = clock[0]
         self.wakes: str | None = None  # what the parse wakes (a task woken by a stream's end)
 
     def read_pending(self) -> None:
@@ -162,11 +163,11 @@ async def test_the_pump_gives_the_loop_back_between_slices(
     """Ten reads of 0.4 slice each: three fill a slice; what a parse woke (the worker
     whose stream ended, about to send its next request) runs before the next slice, and
     every read is parsed in the order it came."""
-    clock = [0.0]
-    monkeypatch.setattr(wire.time, "perf_counter", lambda: clock[0])
+    clock = [10**9]
+    monkeypatch.setattr(wire.time, "perf_counter_ns", lambda: clock[0])
     log: list[str] = []
     pump = wire.ReadPump()
-    reads = [_Pending(clock, 0.4 * wire._SLICE_SECONDS, log, str(i)) for i in range(10)]
+    reads = [_Pending(clock, wire._SLICE_NS * 4 // 10, log, str(i)) for i in range(10)]
     reads[1].wakes = "send"
     for read in reads:
         pump.want(cast(ArrivalStampingHandler, read))
@@ -174,9 +175,32 @@ async def test_the_pump_gives_the_loop_back_between_slices(
         await asyncio.sleep(0)
     assert log == ["0", "1", "2", "send", "3", "4", "5", "6", "7", "8", "9"]
     # Empty again: the next read schedules a run of its own.
-    pump.want(cast(ArrivalStampingHandler, _Pending(clock, 0.0, log, "late")))
+    pump.want(cast(ArrivalStampingHandler, _Pending(clock, 0, log, "late")))
     await asyncio.sleep(0)
     assert log[-1] == "late"
+
+
+async def test_reads_that_waited_too_long_are_parsed_on_the_next_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop was busy elsewhere: reads queued longer ago than the overdue bound are all
+    parsed in one pass, slice or not; fresh ones behind them wait for the next slice."""
+    clock = [10**9]
+    monkeypatch.setattr(wire.time, "perf_counter_ns", lambda: clock[0])
+    log: list[str] = []
+    pump = wire.ReadPump()
+    old = [_Pending(clock, wire._SLICE_NS, log, f"old{i}") for i in range(4)]
+    clock[0] += wire._OVERDUE_NS + 1  # they have waited past the bound when the pump runs
+    fresh = [_Pending(clock, wire._SLICE_NS, log, f"new{i}") for i in range(3)]
+    for read in old + fresh:
+        pump.want(cast(ArrivalStampingHandler, read))
+    await asyncio.sleep(0)  # one pass
+    assert log == ["old0", "old1", "old2", "old3"]
+    await asyncio.sleep(0)
+    assert log[4:] == ["new0"]  # a slice each
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert log[5:] == ["new1", "new2"]
 
 
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
