@@ -18,10 +18,11 @@ Per level C, closed loop, each client in a fresh process:
 Per request, the truth TTFT is first token write − arrival at the server; the client's TTFT is
 what it reports (bench: `ttft_seconds` of its JSON record, matched by request id). Printed:
 TTFT p50 / p99 of the client minus the truth's over the same requests (what a user reads
-off the report), the per-request error's p50 / p99, client CPU-seconds per 1,000 tokens over
-the measured level only (bench: its own `client.cpu_seconds`) and its ratio to the raw
-floor's, the tokens per CPU-second (where one core would saturate), and bench's own verdict
-on whether the client was the bottleneck.
+off the report), the per-request error's p50 / p99 and where it is (`error_parts`: the
+client's `t_sched` → write, and the server's first-token write → the client's stamp of it),
+client CPU-seconds per 1,000 tokens over the measured level only (bench: its own
+`client.cpu_seconds`) and its ratio to the raw floor's, the tokens per CPU-second (where one
+core would saturate), and bench's own verdict on whether the client was the bottleneck.
 """
 
 from __future__ import annotations
@@ -146,7 +147,10 @@ async def raw_measure(
     return {
         "cpu": cpu,
         "event_loop": "uvloop",
-        "requests": [{"id": i, "ttft": (f - s) / 1e9, "tokens": n} for i, s, f, n in records],
+        "requests": [
+            {"id": i, "ttft": (f - s) / 1e9, "tokens": n, "sent_ns": s, "first_ns": f}
+            for i, s, f, n in records
+        ],
     }
 
 
@@ -191,7 +195,9 @@ def client_figures(
     if client == "raw":
         return list(doc["requests"]), {"cpu": doc["cpu"]}  # type: ignore[call-overload]
     level = doc["levels"][0]  # type: ignore[index]
-    requests = [{"id": r["request_id"], "ttft": r["ttft_seconds"], "tokens": r["output_tokens"]}
+    requests = [{"id": r["request_id"], "ttft": r["ttft_seconds"], "tokens": r["output_tokens"],
+                 "offsets": (r["t_sched_offset_seconds"], r["t_send_offset_seconds"],
+                             r["t_first_token_offset_seconds"])}
                 for r in level["requests"] if r["outcome"] == "ok"]  # fmt: skip
     watch = level["client"]
     own = {
@@ -250,7 +256,41 @@ def analyse(requests: list[dict[str, object]], truth: dict[str, list[object]],
         "cpu_per_1k": 1000 * cpu / tokens if tokens else float("nan"),
         "tokens_per_cpu_s": tokens / cpu if cpu > 0 else float("nan"),
     }
+    figures |= error_parts(requests, truth)
     return figures | {k: float(v) for k, v in own.items() if k != "cpu" and v is not None}  # type: ignore[arg-type]
+
+
+def error_parts(
+    requests: list[dict[str, object]], truth: dict[str, list[object]]
+) -> dict[str, float]:
+    """Where a request's TTFT error is, p50 in ms: `to_send`, the client's own time from
+    `t_sched` to the write, and `to_stamp`, from the server's first-token write to the
+    client's stamp of it (the network between is microseconds on loopback).
+
+    bench's stamps are offsets from its level's start: they are put on the server's clock by
+    the request whose write reached the server soonest (its write → arrival taken as 0).
+    """
+    rows = []
+    relative = False
+    for r in requests:
+        record = truth.get(str(r["id"]))
+        if record is None:
+            continue
+        arrival, writes = int(record[0]), record[1]  # type: ignore[call-overload]
+        first_write = int(writes[0])  # type: ignore[index]
+        if "offsets" in r:  # bench
+            relative = True
+            sched, send, first = (float(x) * 1e9 for x in r["offsets"])  # type: ignore[attr-defined]
+            rows.append((sched, send, first, arrival, first_write))
+        else:  # raw: absolute stamps, its write is its t_sched
+            sent, seen = float(r["sent_ns"]), float(r["first_ns"])  # type: ignore[arg-type]
+            rows.append((sent, sent, seen, arrival, first_write))
+    if not rows:
+        return {}
+    origin = min(arrival - send for _, send, _, arrival, _ in rows) if relative else 0.0
+    to_send = [(send - sched) / 1e6 for sched, send, _, _, _ in rows]
+    to_stamp = [(origin + first - first_write) / 1e6 for _, _, first, _, first_write in rows]
+    return {"to_send_p50": pct(to_send, 50), "to_stamp_p50": pct(to_stamp, 50)}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -323,7 +363,9 @@ def report(
             ratio = fmt(med(level, client, "cpu_per_1k") / floor).rjust(7)
             print(f"{level:>4} {client:<6} " + " ".join(cells) + " " + ratio)
     print(
-        "ms; TTFT err = client's percentile − truth's; lag = bench's dispatch lag; loop = its "
+        "ms; TTFT err = client's percentile − truth's; per-req = each request's own error; "
+        "send = t_sched → its write; stamp = the server's first-token write → the client's "
+        "stamp of it; lag = bench's dispatch lag; loop = its "
         "event-loop lag; bound = share of runs bench judged client-bound; tok/CPU-s = tokens "
         "one core would carry"
     )
@@ -332,6 +374,7 @@ def report(
 COLUMNS = (  # key, heading, digits, width
     ("ttft_p50_err", "TTFT err p50", 2, 12), ("ttft_p99_err", "p99", 2, 6),
     ("err_p50", "per-req p50", 2, 11), ("err_p99", "p99", 2, 6),
+    ("to_send_p50", "send p50", 2, 8), ("to_stamp_p50", "stamp p50", 2, 9),
     ("truth_p50", "truth p50", 1, 9), ("cpu_per_1k", "CPU s/1k tok", 4, 12),
     ("tokens_per_cpu_s", "tok/CPU-s", 0, 9), ("lag_p99", "lag p99", 2, 7),
     ("loop_lag_p99", "loop p99", 2, 8), ("client_bound", "bound", 1, 5),
