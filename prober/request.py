@@ -1,8 +1,9 @@
-"""One streamed request → `RequestResult`. The only module that talks to the HTTP client.
+"""One streamed request → `RequestResult`. With `body` (the response body) and `wire` (the
+session), the only modules that talk to the HTTP client.
 
 `stream_request` never raises for server or network faults: every fault becomes an outcome
-(docs/design.md §3). Only cancellation propagates. Stamps are taken when a read returns, before
-any parsing, so JSON decoding never inflates a latency.
+(docs/design.md §3). Only cancellation propagates. Stamps are taken before any parsing, so
+JSON decoding never inflates a latency.
 
 With a session from `wire.request_session` (the daemon's, the bench's), `t_send` is when the
 request is written and each read is stamped when the loop received its bytes from the socket
