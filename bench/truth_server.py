@@ -11,7 +11,8 @@ little between the socket and the clock as possible:
   bytes (`SO_TIMESTAMPNS`, read with `recvmsg`, moved from CLOCK_REALTIME to the monotonic
   clock). It does not depend on when the server got round to reading: while it writes a
   step's burst to 200 streams, a request that arrives waits in the socket, and a stamp taken
-  on reading it (`read`, the previous yardstick) was late by the rest of the burst, which
+  on reading it (`read`: when `recvmsg` returned; the previous yardstick stamped in
+  `data_received`, the same instant) was late by the rest of the burst, which
   made every client look slower by that much (the raw floor's own TTFT error at c=200 was
   +1.5 ms with it);
 - **token write**: `perf_counter_ns()` right after `send()` returned: on loopback the bytes
@@ -122,13 +123,12 @@ class Connection:
     """Keep-alive HTTP/1.1 on a bare non-blocking socket: requests in, the engine's streams
     out. Not an asyncio transport: the receive needs `recvmsg`, for the kernel's stamp."""
 
-    __slots__ = ("arrival", "buf", "closed", "engine", "fd", "loop", "out", "sock")
+    __slots__ = ("buf", "closed", "engine", "fd", "loop", "out", "sock")
 
     def __init__(self, sock: socket.socket, engine: Engine, arrival: str) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.engine = engine
-        self.arrival = arrival
         self.loop = asyncio.get_running_loop()
         self.buf = b""
         self.out: list[bytes] = []

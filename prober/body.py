@@ -1,12 +1,12 @@
 """A streamed response body into a `StreamState`, each read parsed as the loop hands it over.
 
-On a connection from `wire.request_session` the body is **pushed**: the connection's protocol
-calls back right after aiohttp has parsed a read from the socket, and the read is stamped,
-parsed and counted there, inside the loop's callback. The request's task sleeps on one future
-until the stream ends, fails or times out, instead of being woken once per read
-(`StreamReader.readany`: a future, a wake-up and three coroutine frames resumed per token;
-docs/performance.md §6 has what it cost). Only `StreamReader`'s public calls are used
-(`read_nowait`, `at_eof`).
+On a connection from `wire.request_session` the body is **pushed**: the protocol stamps each
+read as it arrives, and the session's `wire.ReadPump` later has aiohttp parse it and calls
+back here, outside any task, a slice of the loop at a time (so the loop polls its sockets
+between slices instead of after a whole burst of reads: docs/performance.md §6). The read is
+parsed and counted in that callback; the request's task sleeps on one future until the
+stream ends, fails or times out. Only `StreamReader`'s public calls are used (`read_nowait`,
+`at_eof`).
 
 On any other session (no stamping protocol: `wire.stamping` says `fallback`) the task
 **pulls** with `readany`, stamping each read when it returns. Both paths parse through
@@ -23,7 +23,7 @@ import aiohttp
 
 from prober.sse import LineSplitter, SSEParser, StreamError
 from prober.stream import StreamState
-from prober.wire import ArrivalStampingHandler
+from prober.wire import ArrivalStampingHandler, arrival_clock
 
 # After the end of a stream, how long and how much of what follows is read so the connection
 # can go back to the pool (the chunked terminator usually follows within microseconds). A
@@ -72,9 +72,9 @@ class BodyReader:
     async def read(self, resp: aiohttp.ClientResponse) -> None:
         """Read `resp`'s body to the stream's end; raise what the stream or the connection
         raised (the caller classifies it)."""
-        protocol = resp.connection.protocol if resp.connection is not None else None
+        protocol = arrival_clock(resp)
         try:
-            if isinstance(protocol, ArrivalStampingHandler):
+            if protocol is not None:
                 ended = await self._pushed(protocol)
             else:
                 ended = await self._pulled()

@@ -147,12 +147,9 @@ class ArrivalStampingHandler(ResponseHandler):
         super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if not data:  # aiohttp's own call to resume parsing: no arrival
-            self._give_kept()
-            super().data_received(data)
-            return
-        self.received_ns = time.perf_counter_ns()
-        if self.on_read is None:
+        if data:  # aiohttp also calls it with b"" to resume its parser: no arrival
+            self.received_ns = time.perf_counter_ns()
+        if not data or self.on_read is None:
             self._give_kept()
             super().data_received(data)
             return
