@@ -63,7 +63,13 @@ def redact(text: str) -> str:
 
 
 # One decoded character of text, or a separator: a JSON escape, a percent-escape, a space.
-_TOKEN = re.compile(r'\\u([0-9a-fA-F]{4})|\\(["\\/bfnrt])|%([0-9a-fA-F]{2})|(.)', re.S)
+# A backslash right before `\uXXXX` is read as itself, not as half of an escape `\\`: text the
+# server cut or joined can put a stray backslash before an escaped key, and reading the pair
+# as one escape would hide the key's first character. Over-redaction, not a leak, where the
+# two really were an escaped backslash.
+_TOKEN = re.compile(
+    r'\\u([0-9a-fA-F]{4})|\\(["/bfnrt]|\\(?!u[0-9a-fA-F]{4}))|%([0-9a-fA-F]{2})|(.)', re.S
+)
 _ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 

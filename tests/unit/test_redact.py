@@ -95,3 +95,10 @@ def test_property_the_key_never_survives_whatever_surrounds_it(
     out = redact(before + VARIANTS[variant] + after)
     assert SECRET not in out
     assert REDACTED in out
+
+
+def test_a_stray_backslash_before_an_escaped_key_does_not_hide_it() -> None:
+    # Found by the property above: `\` + `\u0073k-…` once read as the escape `\\` and then
+    # plain `u0073k-…`, which is not the key.
+    out = redact("\\" + VARIANTS["unicode_escapes"] + " y")
+    assert out == "\\" + REDACTED + " y", out
