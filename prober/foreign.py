@@ -235,13 +235,20 @@ class ForeignEstimator:
         self.decode = DecodeModel()
         self._samples: deque[ProbeSample] = deque(maxlen=256)
         self._full_service: deque[tuple[float, float]] = deque(maxlen=32)  # (at, seconds)
+        # Full-batch service times since the last probe that found a free slot: the current
+        # queue's own (see `_service`).
+        self._queue_service: deque[tuple[float, float]] = deque(maxlen=32)
 
     def observe(self, sample: ProbeSample) -> None:
         self._samples.append(sample)
         if sample.gap is not None:
             self.decode.observe(sample.gap, full_batch=sample.queued)
         if sample.queued:
-            self._full_service.append((sample.at, self._traffic_service(sample)))
+            service = (sample.at, self._traffic_service(sample))
+            self._full_service.append(service)
+            self._queue_service.append(service)
+        else:
+            self._queue_service.clear()
 
     def _traffic_service(self, s: ProbeSample) -> float:
         """Service time of a request of the traffic's shape, scaled from the probe's."""
@@ -304,11 +311,15 @@ class ForeignEstimator:
 
     def _service(self, now: float) -> float:
         """Median full-batch service time of the last `_SERVICE_SECONDS` (at least the last
-        `_MIN_FULL` probes): the drain rate follows the engine's pace, and a probe that waited
-        briefly at light load (a batch soon short again) is forgotten once a queue lasts."""
-        recent = [t for at, t in self._full_service if at >= now - _SERVICE_SECONDS]
+        `_MIN_FULL` probes), so the drain rate follows the engine's pace; once the current
+        queue has `_MIN_FULL` probes of its own, of those only. A probe that waited briefly
+        at light load decoded in a batch soon short again: its service is shorter than a
+        full batch's, and mixed into a lasting queue's it held μ high (on llama-server, the
+        half-minute after a light load read about a tenth fast: a waiting figure half a
+        request high at twice the slots)."""
+        recent = _recent_service(self._queue_service, now)
         if len(recent) < _MIN_FULL:
-            recent = [t for _, t in itertools.islice(reversed(self._full_service), _MIN_FULL)]
+            recent = _recent_service(self._full_service, now)
         return statistics.median(recent) if recent else 0.0
 
     def _running(
@@ -327,6 +338,14 @@ class ForeignEstimator:
             return None
         running = statistics.fmean(others) + own_holding
         return running if slots is None else min(running, float(slots))
+
+
+def _recent_service(services: deque[tuple[float, float]], now: float) -> list[float]:
+    """The service times of the last `_SERVICE_SECONDS`, or the last `_MIN_FULL` if fewer."""
+    recent = [t for at, t in services if at >= now - _SERVICE_SECONDS]
+    if len(recent) < _MIN_FULL:
+        recent = [t for _, t in itertools.islice(reversed(services), _MIN_FULL)]
+    return recent
 
 
 def queue_threshold(gap: float | None) -> float:

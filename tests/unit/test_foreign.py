@@ -288,3 +288,23 @@ def test_the_drain_rate_follows_the_engines_pace() -> None:
     clock.now += 40.0  # nothing newer: the last three still tell the pace
     est.observe(_queued(clock, wait=2.0))
     assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
+
+
+def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
+    """Probes that waited briefly at light load decoded in a batch soon short again (a short
+    service); once three probes of a lasting queue are in, μ is theirs alone."""
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    for _ in range(3):
+        est.observe(_queued(clock, wait=0.1, decode=0.35))  # service 0.4 s at light load
+        clock.now += 1.0
+        est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, gap(2), False))  # a free slot
+        clock.now += 1.0
+    clock.now += 5.0  # the light load's waits are out of the wait's window, not the 30 s
+    for n in range(3):
+        est.observe(_queued(clock, wait=2.0))  # the queue: service 0.8 s, μ = 5/s
+        clock.now += 1.0
+        if n < 2:  # the light load's still count (μ = 4 / 0.4 s): too fast a drain
+            assert est.estimate(prefill_guess=0.05).waiting > 5.0 * 2.0 - 1.0
+    assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
