@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from prober.estimate import QueueEstimator
@@ -308,3 +310,26 @@ def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
         if n < 2:  # the light load's still count (μ = 4 / 0.4 s): too fast a drain
             assert est.estimate(prefill_guess=0.05).waiting > 5.0 * 2.0 - 1.0
     assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
+
+
+def test_slots_are_read_from_the_centre_of_one_more_sequences_jumps() -> None:
+    """Jumps spread around 0, β and 2β, more of them near 0 than a plain median can bear:
+    their median (5.0 ms) reads 5 slots for 4, the centre of β's cluster (6.1 ms) 4."""
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for _ in range(3):
+        model.observe(gap(4), full_batch=True)
+    jumps_ms = [-0.7, -0.3, 0.2, 0.4, 0.5, 0.8, 4.6, 5.0, 5.6, 6.1, 6.4, 6.9, 7.2, 12.4, 13.0]
+    for jump in jumps_ms:
+        model.observe_pair(gap(1), gap(1) + jump / 1000)
+    plain = statistics.median(jumps_ms) / 1000
+    assert round(1 + (gap(4) - ALPHA) / plain) == 5
+    assert model.learned_slots() == 4
+    assert model.beta(None) == pytest.approx(0.0061)
+
+
+def test_no_positive_jump_gives_no_beta() -> None:
+    model = DecodeModel()
+    for _ in range(15):
+        model.observe_pair(gap(2), gap(1))
+    assert model.beta(None) is None
