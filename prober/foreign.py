@@ -42,10 +42,11 @@ _RUNNING_SECONDS = 10.0
 _SERVICE_SECONDS = 30.0  # full-batch service times: the drain rate of the last half minute
 _STALE_SECONDS = 300.0  # past this, an old probe says nothing about now
 _MIN_PAIRS = 5
-# Slots are read from β, which pairs give as a median of jumps clustered at 0, β and 2β (a
+# Slots are read from β, which pairs give from jumps clustered at 0, β and 2β (a
 # foreign request leaving or joining while a pair is read: a fifth and a sixth of the pairs
-# at half load on the simulator). With 15 pairs the median lands outside β's cluster about
-# once in 200 learnings, with 5 once in 12 (seen: 19 slots learned for 4).
+# at half load on the simulator). With 15 pairs their median lands outside β's cluster
+# about once in 200 learnings, with 5 once in 12 (seen: 19 slots learned for 4); inside it,
+# `one_more` finds its centre.
 _MIN_SLOT_PAIRS = 15
 _MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
 _MIN_FULL = 3  # probes seen decoding at full batch before the slots are learned
@@ -142,8 +143,8 @@ class DecodeModel:
 
     def beta(self, slots: int | None) -> float | None:
         """The secant from a probe alone to a full batch where both are measured (two well
-        observed anchors), else the median jump of pairs (noisier: the other sequences come
-        and go while a pair is read)."""
+        observed anchors), else the pairs' jump of one more sequence (`one_more`; noisier:
+        the other sequences come and go while a pair is read)."""
         alpha, full = self.alpha, self.gap_full
         if slots is None or slots < 2 or alpha is None or full is None or full <= alpha:
             return self._pair_beta()
