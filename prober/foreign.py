@@ -16,9 +16,9 @@ What each probe yields (`ProbeSample`), and how the figures follow (README, "Que
 Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
 the residual time to the first departure, on average one interval when the slots finish
 independently (their merged departures are close to a Poisson stream): `W ≈ (L + 1) / μ`,
-hence `L ≈ μ·W − 1`. `W` is the mean of the last seconds' probes, or the wait a probe still
-without its first token has already served, whichever is longer, so a queue shows before the
-probe that is stuck in it comes back.
+hence `L ≈ μ·W − 1`. `W` is the mean of the last 5 s of probes (at least the last two), or
+the wait a probe still without its first token has already served, whichever is longer, so
+a queue shows before the probe that is stuck in it comes back.
 Running: every slot while a queue exists; otherwise the other sequences the recent probes
 decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too.
 The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
@@ -36,6 +36,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
+# ... and at least the last two: in a queue a probe's job takes its wait and its decode (3 to
+# 4 s at twice the slots on llama-server), and with one the figure jumped each time the
+# older of two probes left the window, the information unchanged (1 to 3 requests high for
+# seconds at a time there).
+_MIN_WAITS = 2
 # Below saturation one probe sees a batch that comes and goes within its decode: the running
 # figure averages the probes of a longer window.
 _RUNNING_SECONDS = 10.0
@@ -296,7 +301,7 @@ class ForeignEstimator:
 
     def estimate(self, prefill_guess: float) -> ForeignEstimate:
         now = self._clock()
-        recent = self._recent(now)
+        recent = self._recent(now, least=_MIN_WAITS)
         if not recent:
             return ForeignEstimate(None, None, None, self.slots, Basis.NONE)
         live = [w - prefill_guess for w in self.probes.waited(now)]
@@ -314,12 +319,16 @@ class ForeignEstimator:
             running += (slots - running) * min(1.0, waiting)
         return ForeignEstimate(waiting + own_waiting, running, wait, slots, basis)
 
-    def _recent(self, now: float, seconds: float = _RECENT_SECONDS) -> list[ProbeSample]:
+    def _recent(
+        self, now: float, seconds: float = _RECENT_SECONDS, least: int = 1
+    ) -> list[ProbeSample]:
+        """The samples of the last `seconds`, or the last `least` of them if fewer (none
+        older than `_STALE_SECONDS`)."""
         samples = [s for s in self._samples if s.at >= now - seconds]
-        if samples:
+        if len(samples) >= least:
             return samples
-        latest = self._samples[-1] if self._samples else None
-        return [latest] if latest is not None and latest.at >= now - _STALE_SECONDS else []
+        last = itertools.islice(reversed(self._samples), least)
+        return [s for s in last if s.at >= now - _STALE_SECONDS]
 
     def _waiting(self, wait: float, slots: int | None, recent: list[ProbeSample]) -> float | None:
         """Foreign requests waiting, `μ·W − 1`; 0 without a queue, None when μ is unknown."""

@@ -173,6 +173,23 @@ def test_below_saturation_running_comes_from_the_decode_slowdown() -> None:
     assert figure.running == pytest.approx(2.0)
 
 
+def test_the_wait_is_the_mean_of_the_last_two_probes_at_least() -> None:
+    """Probes a job apart (a wait and a decode each): the older of two leaving the 5 s
+    window does not make the newer one the whole figure."""
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    est.observe(_queued(clock, wait=1.0))
+    clock.now += 4.0
+    est.observe(_queued(clock, wait=3.0))
+    clock.now += 2.0  # the first is 6 s old
+    assert est.estimate(prefill_guess=0.05).wait_seconds == pytest.approx(2.0)
+    clock.now += 1.0
+    est.observe(_queued(clock, wait=2.0))
+    clock.now += 1.0  # two in the window: those
+    assert est.estimate(prefill_guess=0.05).wait_seconds == pytest.approx(2.5)
+
+
 def test_a_probe_stuck_in_the_queue_shows_before_it_returns() -> None:
     clock = Clock()
     est = _estimator(clock)
@@ -303,12 +320,15 @@ def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
         clock.now += 1.0
         est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, gap(2), False))  # a free slot
         clock.now += 1.0
-    clock.now += 5.0  # the light load's waits are out of the wait's window, not the 30 s
+    clock.now += 5.0  # the light load's waits leave the wait's window, not the 30 s
     for n in range(3):
         est.observe(_queued(clock, wait=2.0))  # the queue: service 0.8 s, μ = 5/s
         clock.now += 1.0
         if n < 2:  # the light load's still count (μ = 4 / 0.4 s): too fast a drain
-            assert est.estimate(prefill_guess=0.05).waiting > 5.0 * 2.0 - 1.0
+            figure = est.estimate(prefill_guess=0.05)
+            assert figure.waiting is not None
+            assert figure.wait_seconds is not None
+            assert figure.waiting > 5.0 * figure.wait_seconds - 1.0
     assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
 
 
