@@ -38,8 +38,8 @@ from enum import StrEnum
 _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
 # ... and at least the last two: in a queue a probe's job takes its wait and its decode (3 to
 # 4 s at twice the slots on llama-server), and with one the figure jumped each time the
-# older of two probes left the window, the information unchanged (1 to 3 requests high for
-# seconds at a time there).
+# older of two probes left the window, the information unchanged (there: 1.5 requests high
+# for two seconds, where the true depth was 5).
 _MIN_WAITS = 2
 # Below saturation one probe sees a batch that comes and goes within its decode: the running
 # figure averages the probes of a longer window.
@@ -183,7 +183,7 @@ def one_more(jumps: Iterable[float]) -> float | None:
     β's cluster, but anywhere in it (more jumps near 0 than near 2β: at its low edge), and
     the slots read from β move with it: on the simulator (β 6 ms, jumps of 3.4 to 6.9 ms
     in its cluster) the median learned 5 and 6 slots for 4 in two runs of three, the
-    cluster's centre 4 in four of four. So from the median on, until it stays, β is the
+    cluster's centre 4 in five of five. So from the median on, until it stays, β is the
     median of the jumps within half of it either way (the 0 and 2β clusters fall outside).
     None when the median is not positive."""
     values = list(jumps)
