@@ -348,8 +348,12 @@ def test_slots_are_read_from_the_centre_of_one_more_sequences_jumps() -> None:
     assert model.beta(None) == pytest.approx(plain)  # the running figure keeps the median
 
 
-def test_no_positive_jump_gives_no_beta() -> None:
+def test_no_positive_jump_gives_no_beta_and_no_slots() -> None:
     model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for _ in range(3):
+        model.observe(gap(4), full_batch=True)
     for _ in range(15):
         model.observe_pair(gap(2), gap(1))
     assert model.beta(None) is None
+    assert model.learned_slots() is None
