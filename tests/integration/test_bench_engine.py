@@ -103,8 +103,8 @@ def row(level: dict[str, Any]) -> str:
 
 def test_ttft_linear_in_prompt_length_tpot_flat(one_slot: str, tmp_path: Path) -> None:
     lens = (32, 192, 512)
-    # Five requests a length: with three, one slowed by the shared machine is the median's
-    # neighbour, and a full suite here once read TPOT 17.4 / 18.0 / 27.1 ms (1.56x).
+    # Five requests a length, not three: with three, a full suite here once read TPOT 17.4 /
+    # 18.0 / 27.1 ms (1.56x), the shared machine's noise over so few; a rerun 16.5 / 16.7 / 18.2.
     docs = clean(lambda: [bench(one_slot, tmp_path, "--concurrency", "1", "--num-requests", "5",
                                 "--warmup", "1", "--input-len", str(n), "--output-len", "8")
                           for n in lens])  # fmt: skip
