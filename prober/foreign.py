@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -272,20 +272,19 @@ class ForeignEstimator:
         self.decode = DecodeModel()
         self._samples: deque[ProbeSample] = deque(maxlen=256)
         self._full_service: deque[tuple[float, float]] = deque(maxlen=32)  # (at, seconds)
-        # Full-batch service times since the last probe that found a free slot: the current
-        # queue's own (see `_service`).
-        self._queue_service: deque[tuple[float, float]] = deque(maxlen=32)
+        # How many of the last full-batch service times came after the last probe that found
+        # a free slot: the current queue's own (see `_service`).
+        self._queue_run = 0
 
     def observe(self, sample: ProbeSample) -> None:
         self._samples.append(sample)
         if sample.gap is not None:
             self.decode.observe(sample.gap, full_batch=sample.queued)
         if sample.queued:
-            service = (sample.at, self._traffic_service(sample))
-            self._full_service.append(service)
-            self._queue_service.append(service)
+            self._full_service.append((sample.at, self._traffic_service(sample)))
+            self._queue_run = min(self._queue_run + 1, len(self._full_service))
         else:
-            self._queue_service.clear()
+            self._queue_run = 0
 
     def _traffic_service(self, s: ProbeSample) -> float:
         """Service time of a request of the traffic's shape, scaled from the probe's."""
@@ -358,7 +357,9 @@ class ForeignEstimator:
         full batch's, and mixed into a lasting queue's it held μ high (on llama-server, the
         half-minute after a light load read about a tenth fast: a waiting figure half a
         request high at twice the slots)."""
-        recent = _recent_service(self._queue_service, now)
+        full = self._full_service
+        queue = list(itertools.islice(full, len(full) - self._queue_run, None))
+        recent = _recent_service(queue, now)
         if len(recent) < _MIN_FULL:
             recent = _recent_service(self._full_service, now)
         return statistics.median(recent) if recent else 0.0
@@ -381,7 +382,7 @@ class ForeignEstimator:
         return running if slots is None else min(running, float(slots))
 
 
-def _recent_service(services: deque[tuple[float, float]], now: float) -> list[float]:
+def _recent_service(services: Sequence[tuple[float, float]], now: float) -> list[float]:
     """The service times of the last `_SERVICE_SECONDS`, or the last `_MIN_FULL` if fewer."""
     recent = [t for at, t in services if at >= now - _SERVICE_SECONDS]
     if len(recent) < _MIN_FULL:
