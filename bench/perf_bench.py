@@ -1,7 +1,7 @@
-"""`llm-prober bench` against the truth: its TTFT error and its CPU per token, beside a raw client.
+"""`llm-prober bench` against the truth: its TTFT error and its CPU per token, beside floors.
 
     .venv/bin/python bench/perf_bench.py [--levels 50,200] [--repeats 3] [--per-worker 6]
-        [--clients raw,bench] [--bench-loop auto] [--no-pin] [--json FILE]
+        [--clients raw,rawparse,aiohttp,bench] [--bench-loop auto] [--no-pin] [--json FILE]
 
 The server is `truth_server.py` (its own process, uvloop): it stamps each request's arrival
 and each token's write, answers after a 50 ms "prefill" with `--tokens` tokens on a shared
@@ -12,8 +12,16 @@ Per level C, closed loop, each client in a fresh process:
   and warmed by one request before the clock; each next request is written from
   `data_received` the moment the last one's final chunk arrives; a token is a read holding
   `"content"`, stamped on arrival; no JSON parsing, no result objects.
+- `rawparse`: `raw`, but every event's JSON decoded with orjson and a token counted only
+  where the first choice's delta has content: what reporting tokens costs at the least.
+- `aiohttp`: the chosen stack's floor. aiohttp's client on uvloop as bench uses it (one
+  session, no pool limit, every connection warmed first), each worker a task reading with
+  `readany()` and counting `"content"` as `raw` does: no SSE, no JSON, no result objects.
 - `bench`: the command itself, `python -m prober.cli bench --concurrency C --num-requests
   C×per-worker --no-progress --out FILE` (loop `--bench-loop`, default what the daemon picks).
+
+The floors separate what bench's CPU goes to: `rawparse ÷ raw` is decoding the events,
+`aiohttp ÷ raw` the HTTP client, `bench ÷ aiohttp` everything bench adds to its client.
 
 Per request, the truth TTFT is first token write − arrival at the server; the client's TTFT is
 what it reports (bench: `ttft_seconds` of its JSON record, matched by request id). Printed:
@@ -21,7 +29,7 @@ TTFT p50 / p99 of the client minus the truth's over the same requests (what a us
 off the report), the per-request error's p50 / p99 and where it is (`error_parts`: the
 client's `t_sched` → write, and the server's first-token write → the client's stamp of it),
 client CPU-seconds per 1,000 tokens over the measured level only (bench: its own
-`client.cpu_seconds`) and its ratio to the raw floor's, the tokens per CPU-second (where one
+`client.cpu_seconds`) and its ratio to each floor's, the tokens per CPU-second (where one
 core would saturate), and bench's own verdict on whether the client was the bottleneck.
 """
 
@@ -42,6 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
+import orjson
 from perf_common import (
     PYTHON,
     ROOT,
@@ -58,6 +67,7 @@ from perf_common import (
 
 HERE = Path(__file__).resolve().parent
 PROMPT_WORDS = 24
+FLOORS = ("raw", "rawparse", "aiohttp")  # the clients this script runs itself
 
 
 # -- the raw floor (runs in its own process) --------------------------------------------------
@@ -106,11 +116,10 @@ class RawLane(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter_ns()
         buf = self._tail + data
-        found = buf.count(b'"content"')
+        found = self._count(buf)
         if found:
             self._n += found
             self._t_first = self._t_first or now
-        self._tail = buf[-9:]  # a marker split across reads is counted once
         if not buf.endswith(b"\r\n0\r\n\r\n"):
             return
         self.records.append((self._rid, self._t_sched, self._t_first, self._n))
@@ -120,14 +129,35 @@ class RawLane(asyncio.Protocol):
         elif self.done is not None:
             self.done.set_result(None)
 
+    def _count(self, buf: bytes) -> int:
+        self._tail = buf[-9:]  # a marker split across reads is counted once
+        return buf.count(b'"content"')
+
+
+class ParsingLane(RawLane):
+    """`raw`, but each event's JSON is decoded (orjson) and a token is an event whose first
+    choice's delta has content: the least a client must do to report what bench reports.
+    The truth server writes each event in one chunk, so an event never spans two reads."""
+
+    def _count(self, buf: bytes) -> int:
+        found, start = 0, buf.find(b"data: {")
+        while start >= 0:
+            end = buf.index(b"\n\n", start)
+            choices = orjson.loads(buf[start + 6 : end]).get("choices")
+            if choices and choices[0].get("delta", {}).get("content"):
+                found += 1
+            start = buf.find(b"data: {", end)
+        return found
+
 
 async def raw_measure(
-    port: int, concurrency: int, per_worker: int, tokens: int
+    port: int, concurrency: int, per_worker: int, tokens: int, parse: bool = False
 ) -> dict[str, object]:
     loop = asyncio.get_running_loop()
     lanes = []
+    lane_class = ParsingLane if parse else RawLane
     for _ in range(concurrency):
-        _, lane = await loop.create_connection(lambda: RawLane(port, tokens), "127.0.0.1", port)
+        _, lane = await loop.create_connection(lambda: lane_class(port, tokens), "127.0.0.1", port)
         lanes.append(lane)
     await asyncio.gather(*(lane.run(1) for lane in lanes))  # warm every connection
     ramp = statistics.fmean((f - s) / 1e9 for _, s, f, _ in (ln.records[0] for ln in lanes))
@@ -154,11 +184,69 @@ async def raw_measure(
     }
 
 
+async def aiohttp_measure(
+    port: int, concurrency: int, per_worker: int, tokens: int
+) -> dict[str, object]:
+    """The floor of the chosen stack: aiohttp's client as bench uses it (one pooled session,
+    connections opened and warmed first), each read counted for `"content"` as `raw` does,
+    no SSE, no JSON, no result objects."""
+    import aiohttp
+
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    records: list[tuple[str, int, int, int]] = []
+
+    async def one(session: aiohttp.ClientSession, keep: bool) -> float:
+        rid = uuid.uuid4().hex
+        body = raw_request(port, rid, tokens).split(b"\r\n\r\n", 1)[1]
+        t_sched = time.perf_counter_ns()
+        t_first, n, tail = 0, 0, b""
+        async with session.post(url, data=body, headers={
+            "Content-Type": "application/json", "X-Request-Id": rid,
+        }) as resp:  # fmt: skip
+            while chunk := await resp.content.readany():
+                now = time.perf_counter_ns()
+                buf = tail + chunk
+                if found := buf.count(b'"content"'):
+                    n += found
+                    t_first = t_first or now
+                tail = buf[-9:]
+        if keep:
+            records.append((rid, t_sched, t_first, n))
+        return (t_first - t_sched) / 1e9
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        first = await asyncio.gather(*(one(session, False) for _ in range(concurrency)))
+        ramp = statistics.fmean(first) + tokens * STEP_SECONDS
+
+        async def lane_run(i: int) -> None:
+            await asyncio.sleep(i * ramp / concurrency)
+            await one(session, False)
+            for _ in range(per_worker):
+                await one(session, True)
+
+        cpu0 = time.process_time()
+        await asyncio.gather(*(lane_run(i) for i in range(concurrency)))
+        cpu = time.process_time() - cpu0
+    return {
+        "cpu": cpu,
+        "event_loop": "uvloop",
+        "requests": [
+            {"id": i, "ttft": (f - s) / 1e9, "tokens": n, "sent_ns": s, "first_ns": f}
+            for i, s, f, n in records
+        ],
+    }
+
+
 def raw_worker(ns: argparse.Namespace) -> None:
     import uvloop
 
     uvloop.install()
-    out = asyncio.run(raw_measure(ns.port, ns.concurrency, ns.per_worker, ns.tokens))
+    args = (ns.port, ns.concurrency, ns.per_worker, ns.tokens)
+    if ns.worker == "aiohttp":
+        out = asyncio.run(aiohttp_measure(*args))
+    else:
+        out = asyncio.run(raw_measure(*args, parse=ns.worker == "rawparse"))
     Path(ns.out).write_text(json.dumps(out))
 
 
@@ -177,8 +265,8 @@ def fetch_truth(port: int) -> dict[str, list[object]]:
 def client_command(
     client: str, ns: argparse.Namespace, port: int, level: int, out: str
 ) -> list[str]:
-    if client == "raw":
-        return [PYTHON, __file__, "--worker", "raw", "--port", str(port), "--concurrency",
+    if client in FLOORS:
+        return [PYTHON, __file__, "--worker", client, "--port", str(port), "--concurrency",
                 str(level), "--per-worker", str(ns.per_worker), "--tokens", str(ns.tokens),
                 "--out", out]  # fmt: skip
     return [PYTHON, "-m", "prober.cli", "bench", "--url", f"http://127.0.0.1:{port}/v1",
@@ -192,7 +280,7 @@ def client_figures(
     client: str, doc: dict[str, object]
 ) -> tuple[list[dict[str, object]], dict[str, object]]:
     """(requests as {id, ttft, tokens}, the client's own figures) from a worker's output."""
-    if client == "raw":
+    if client in FLOORS:
         return list(doc["requests"]), {"cpu": doc["cpu"]}  # type: ignore[call-overload]
     level = doc["levels"][0]  # type: ignore[index]
     requests = [{"id": r["request_id"], "ttft": r["ttft_seconds"], "tokens": r["output_tokens"],
@@ -282,7 +370,7 @@ def error_parts(
             relative = True
             sched, send, first = (float(x) * 1e9 for x in r["offsets"])  # type: ignore[attr-defined]
             rows.append((sched, send, first, arrival, first_write))
-        else:  # raw: absolute stamps, its write is its t_sched
+        else:  # a floor: absolute stamps, its write is its t_sched
             sent, seen = float(r["sent_ns"]), float(r["first_ns"])  # type: ignore[arg-type]
             rows.append((sent, sent, seen, arrival, first_write))
     if not rows:
@@ -299,12 +387,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--per-worker", type=int, default=6, help="measured requests a worker")
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--clients", default="raw,bench")
+    parser.add_argument("--clients", default="raw,rawparse,aiohttp,bench")
     parser.add_argument("--bench-loop", default="auto", choices=["auto", "uvloop", "asyncio"])
     parser.add_argument("--quiet", type=float, default=0.25, metavar="SHARE")
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--json", help="write every run's figures to this file")
-    parser.add_argument("--worker", choices=["raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=FLOORS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -331,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     figures = one_run(ns, port, level, client, client_cpu)
                     runs.setdefault((level, client), []).append(figures)
                     print(
-                        f"  c={level:<4} {client:<6} run {repeat + 1}: TTFT err p50/p99 "
+                        f"  c={level:<4} {client:<8} run {repeat + 1}: TTFT err p50/p99 "
                         f"{figures['ttft_p50_err']:+.2f}/{figures['ttft_p99_err']:+.2f} ms, "
                         f"cpu {figures['cpu_per_1k']:.4f} s/1k tok, "
                         f"other {figures['other_load']:.2f}",
@@ -354,14 +442,15 @@ def report(
     n = len(next(iter(runs.values())))
     pins = "server and client on a core each (taskset)" if pinned else "not pinned"
     print(f"\nmedians of {n} runs; {pins}; truth = the server's first-token write − arrival")
-    print(f"{'C':>4} {'client':<6} " + " ".join(f"{h:>{w}}" for _, h, _, w in COLUMNS)
-          + f" {'CPU÷raw':>7}")  # fmt: skip
+    floors = [f for f in FLOORS if f in clients]
+    print(f"{'C':>4} {'client':<8} " + " ".join(f"{h:>{w}}" for _, h, _, w in COLUMNS)
+          + "".join(f" {'CPU÷' + f:>12}" for f in floors))  # fmt: skip
     for level in levels:
         for client in clients:
             cells = (fmt(med(level, client, k), d).rjust(w) for k, _, d, w in COLUMNS)
-            floor = med(level, "raw", "cpu_per_1k") if "raw" in clients else float("nan")
-            ratio = fmt(med(level, client, "cpu_per_1k") / floor).rjust(7)
-            print(f"{level:>4} {client:<6} " + " ".join(cells) + " " + ratio)
+            cpu = med(level, client, "cpu_per_1k")
+            ratios = (fmt(cpu / med(level, f, "cpu_per_1k")).rjust(12) for f in floors)
+            print(f"{level:>4} {client:<8} " + " ".join(cells) + " " + " ".join(ratios))
     print(
         "ms; TTFT err = client's percentile − truth's; per-req = each request's own error; "
         "send = t_sched → its write; stamp = the server's first-token write → the client's "
