@@ -318,6 +318,77 @@ def one_run(
     return analyse(requests, truth, own) | {"other_load": other.share(child_cpu)}
 
 
+# -- aiperf (NVIDIA's benchmark client), when its command is given ---------------------------
+
+AIPERF_TOKENIZER = """
+import sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+words = ["[UNK]", "tok", "word"] + [f"w{i}" for i in range(500)]
+tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.decoder = decoders.WordPiece()
+PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(sys.argv[1])
+"""
+
+
+def aiperf_tokenizer(aiperf: str, where: Path) -> Path:
+    """A word-level tokenizer on disk: aiperf needs one, and its `builtin` one downloads its
+    encoding, which this machine cannot. The truth server's tokens are words (" tok")."""
+    python = Path(aiperf).parent / "python"
+    subprocess.run([str(python), "-c", AIPERF_TOKENIZER, str(where)], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    return where
+
+
+def aiperf_run(
+    ns: argparse.Namespace, port: int, level: int, cpu: int | None, tokenizer: Path
+) -> dict[str, float]:
+    """aiperf at concurrency `level`, twice: C×per-worker and 3× as many measured requests.
+    Its CPU is marginal (the difference of the two runs' CPU over the difference of their
+    tokens, all its processes counted), so its start-up (a few seconds of imports and worker
+    processes) does not count; its TTFT errors come from the larger run, matched to the truth
+    by aiperf's `X-Request-ID`."""
+    cpu_tokens = []
+    for count in (level * ns.per_worker, 3 * level * ns.per_worker):
+        fetch_truth(port)
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [ns.aiperf, "profile", "--model", "truth", "--url", f"http://127.0.0.1:{port}",
+                   "--endpoint-type", "chat", "--streaming", "--tokenizer", str(tokenizer),
+                   "--concurrency", str(level), "--request-count", str(count),
+                   "--warmup-request-count", str(level), "--prompt-input-tokens-mean",
+                   str(PROMPT_WORDS), "--prompt-output-tokens-mean", str(ns.tokens),
+                   "--extra-inputs", f"max_tokens:{ns.tokens}", "--ui-type", "none",
+                   "--no-server-metrics", "--no-gpu-telemetry", "--no-auto-plot",
+                   "--artifact-dir", tmp]  # fmt: skip
+            other = OtherLoad([])
+            usage0 = os.times()
+            proc = subprocess.run(pinned(cmd, cpu), cwd=ROOT, capture_output=True, text=True,
+                                  timeout=900, check=False)  # fmt: skip
+            usage1 = os.times()
+            if proc.returncode != 0:
+                raise RuntimeError(f"aiperf failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
+            used = (usage1.children_user - usage0.children_user) + (
+                usage1.children_system - usage0.children_system
+            )
+            lines = (Path(tmp) / "profile_export.jsonl").read_text().splitlines()
+        truth = fetch_truth(port)
+        cpu_tokens.append((used, sum(len(writes) for _, writes in truth.values())))  # type: ignore[arg-type]
+    requests = []
+    for line in lines:
+        record = json.loads(line)
+        meta, metrics = record["metadata"], record.get("metrics", {})
+        if meta.get("benchmark_phase") != "profiling" or "time_to_first_token" not in metrics:
+            continue
+        requests.append({"id": meta["x_request_id"], "tokens": ns.tokens,
+                         "ttft": metrics["time_to_first_token"]["value"] / 1e3})  # fmt: skip
+    (cpu1, tokens1), (cpu2, tokens2) = cpu_tokens
+    figures = analyse(requests, truth, {"cpu": 0.0})
+    figures["cpu_per_1k"] = 1000 * (cpu2 - cpu1) / (tokens2 - tokens1)
+    figures["tokens_per_cpu_s"] = (tokens2 - tokens1) / (cpu2 - cpu1)
+    return figures | {"other_load": other.share(used)}
+
+
 def analyse(requests: list[dict[str, object]], truth: dict[str, list[object]],
             own: dict[str, object]) -> dict[str, float]:  # fmt: skip
     client_ms, truth_ms, errors = [], [], []
@@ -362,7 +433,7 @@ def error_parts(
     relative = False
     for r in requests:
         record = truth.get(str(r["id"]))
-        if record is None:
+        if record is None or not ("offsets" in r or "sent_ns" in r):  # aiperf: no stamps
             continue
         arrival, writes = int(record[0]), record[1]  # type: ignore[call-overload]
         first_write = int(writes[0])  # type: ignore[index]
@@ -392,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quiet", type=float, default=0.25, metavar="SHARE")
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--json", help="write every run's figures to this file")
+    parser.add_argument("--aiperf", metavar="CMD",
+                        help="aiperf's command (pip install aiperf in a venv of its own), for "
+                             "the `aiperf` client")  # fmt: skip
     parser.add_argument("--worker", choices=FLOORS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
@@ -404,6 +478,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     server_cpu, client_cpu = (None, None) if ns.no_pin or len(cpus) < 2 else (cpus[0], cpus[1])
     levels = [int(x) for x in ns.levels.split(",")]
     clients = ns.clients.split(",")
+    if "aiperf" in clients and not ns.aiperf:
+        parser.error("--clients aiperf needs --aiperf: the aiperf command, in a venv of its own")
+    scratch = tempfile.TemporaryDirectory()
+    tokenizer = aiperf_tokenizer(ns.aiperf, Path(scratch.name)) if "aiperf" in clients else Path()
     runs: dict[tuple[int, str], list[dict[str, float]]] = {}
     port = free_port()
     server = subprocess.Popen(
@@ -416,7 +494,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             for repeat in range(ns.repeats):
                 for client in clients:
                     wait_quiet(ns.quiet)
-                    figures = one_run(ns, port, level, client, client_cpu)
+                    if client == "aiperf":
+                        figures = aiperf_run(ns, port, level, client_cpu, tokenizer)
+                    else:
+                        figures = one_run(ns, port, level, client, client_cpu)
                     runs.setdefault((level, client), []).append(figures)
                     print(
                         f"  c={level:<4} {client:<8} run {repeat + 1}: TTFT err p50/p99 "

@@ -50,7 +50,9 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def _event(obj: object) -> bytes:
+def _event(obj: dict[str, object]) -> bytes:
+    # "object" as OpenAI sends it: some clients (aiperf) read nothing from a chunk without it.
+    obj = {"object": "chat.completion.chunk", **obj}
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
