@@ -1,7 +1,8 @@
 """`llm-prober bench` against the truth: its TTFT error and its CPU per token, beside floors.
 
     .venv/bin/python bench/perf_bench.py [--levels 50,200] [--repeats 3] [--per-worker 6]
-        [--clients raw,rawparse,aiohttp,bench] [--bench-loop auto] [--no-pin] [--json FILE]
+        [--clients raw,rawparse,aiohttp,bench[,aiperf --aiperf CMD]] [--bench-loop auto]
+        [--no-pin] [--json FILE]
 
 The server is `truth_server.py` (its own process, uvloop): it stamps each request's arrival
 and each token's write, answers after a 50 ms "prefill" with `--tokens` tokens on a shared
@@ -19,6 +20,10 @@ Per level C, closed loop, each client in a fresh process:
   `readany()` and counting `"content"` as `raw` does: no SSE, no JSON, no result objects.
 - `bench`: the command itself, `python -m prober.cli bench --concurrency C --num-requests
   C×per-worker --no-progress --out FILE` (loop `--bench-loop`, default what the daemon picks).
+- `aiperf` (with `--aiperf CMD`, aiperf installed in a venv of its own): `aiperf profile
+  --streaming --concurrency C`, run twice (C × per-worker and three times as many requests)
+  so its CPU is marginal, all its processes counted; TTFT matched to the truth by its
+  `X-Request-ID`.
 
 The floors separate what bench's CPU goes to: `rawparse ÷ raw` is decoding the events,
 `aiohttp ÷ raw` the HTTP client, `bench ÷ aiohttp` everything bench adds to its client.
@@ -137,12 +142,16 @@ class RawLane(asyncio.Protocol):
 class ParsingLane(RawLane):
     """`raw`, but each event's JSON is decoded (orjson) and a token is an event whose first
     choice's delta has content: the least a client must do to report what bench reports.
-    The truth server writes each event in one chunk, so an event never spans two reads."""
+    An event cut by the end of a read is finished by the next one."""
 
     def _count(self, buf: bytes) -> int:
         found, start = 0, buf.find(b"data: {")
+        self._tail = b""
         while start >= 0:
-            end = buf.index(b"\n\n", start)
+            end = buf.find(b"\n\n", start)
+            if end < 0:
+                self._tail = buf[start:]
+                break
             choices = orjson.loads(buf[start + 6 : end]).get("choices")
             if choices and choices[0].get("delta", {}).get("content"):
                 found += 1
