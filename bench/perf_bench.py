@@ -159,6 +159,19 @@ class ParsingLane(RawLane):
         return found
 
 
+def floor_output(cpu: float, records: list[tuple[str, int, int, int]]) -> dict[str, object]:
+    """A floor's measured level: its CPU-seconds and, per request, (id, t_sched, first token,
+    tokens) as stamped on its own clock."""
+    return {
+        "cpu": cpu,
+        "event_loop": "uvloop",
+        "requests": [
+            {"id": i, "ttft": (f - s) / 1e9, "tokens": n, "sent_ns": s, "first_ns": f}
+            for i, s, f, n in records
+        ],
+    }
+
+
 async def raw_measure(
     port: int, concurrency: int, per_worker: int, tokens: int, parse: bool = False
 ) -> dict[str, object]:
@@ -183,14 +196,7 @@ async def raw_measure(
     await asyncio.gather(*(lane_run(i, lane) for i, lane in enumerate(lanes)))
     cpu = time.process_time() - cpu0
     records = [r for lane in lanes for r in lane.records]
-    return {
-        "cpu": cpu,
-        "event_loop": "uvloop",
-        "requests": [
-            {"id": i, "ttft": (f - s) / 1e9, "tokens": n, "sent_ns": s, "first_ns": f}
-            for i, s, f, n in records
-        ],
-    }
+    return floor_output(cpu, records)
 
 
 async def aiohttp_measure(
@@ -237,14 +243,7 @@ async def aiohttp_measure(
         cpu0 = time.process_time()
         await asyncio.gather(*(lane_run(i) for i in range(concurrency)))
         cpu = time.process_time() - cpu0
-    return {
-        "cpu": cpu,
-        "event_loop": "uvloop",
-        "requests": [
-            {"id": i, "ttft": (f - s) / 1e9, "tokens": n, "sent_ns": s, "first_ns": f}
-            for i, s, f, n in records
-        ],
-    }
+    return floor_output(cpu, records)
 
 
 def raw_worker(ns: argparse.Namespace) -> None:
