@@ -73,6 +73,7 @@ from perf_common import (
 HERE = Path(__file__).resolve().parent
 PROMPT_WORDS = 24
 FLOORS = ("raw", "rawparse", "aiohttp")  # the clients this script runs itself
+CLIENTS = (*FLOORS, "bench", "aiperf")
 
 
 # -- the raw floor (runs in its own process) --------------------------------------------------
@@ -342,10 +343,16 @@ PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained
 
 def aiperf_tokenizer(aiperf: str, where: Path) -> Path:
     """A word-level tokenizer on disk: aiperf needs one, and its `builtin` one downloads its
-    encoding, which this machine cannot. The truth server's tokens are words (" tok")."""
+    encoding, which this machine cannot. The truth server's tokens are words (" tok").
+    ValueError, one line naming `--aiperf`, where that venv cannot write one."""
     python = Path(aiperf).parent / "python"
-    subprocess.run([str(python), "-c", AIPERF_TOKENIZER, str(where)], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    if not (Path(aiperf).is_file() and python.is_file()):
+        raise ValueError(f"--aiperf {aiperf}: not an aiperf command with a python beside it")
+    proc = subprocess.run([str(python), "-c", AIPERF_TOKENIZER, str(where)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"--aiperf {aiperf}: its python could not write a tokenizer: {last}")
     return where
 
 
@@ -486,10 +493,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     server_cpu, client_cpu = (None, None) if ns.no_pin or len(cpus) < 2 else (cpus[0], cpus[1])
     levels = [int(x) for x in ns.levels.split(",")]
     clients = ns.clients.split(",")
+    if unknown := [c for c in clients if c not in CLIENTS]:
+        parser.error(f"--clients: unknown {', '.join(unknown)} (known: {', '.join(CLIENTS)})")
     if "aiperf" in clients and not ns.aiperf:
         parser.error("--clients aiperf needs --aiperf: the aiperf command, in a venv of its own")
     scratch = tempfile.TemporaryDirectory()
-    tokenizer = aiperf_tokenizer(ns.aiperf, Path(scratch.name)) if "aiperf" in clients else Path()
+    try:
+        tokenizer = (
+            aiperf_tokenizer(ns.aiperf, Path(scratch.name)) if "aiperf" in clients else Path()
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     runs: dict[tuple[int, str], list[dict[str, float]]] = {}
     port = free_port()
     server = subprocess.Popen(
