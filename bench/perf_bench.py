@@ -1,7 +1,7 @@
 """`llm-prober bench` against the truth: its TTFT error and its CPU per token, beside floors.
 
     .venv/bin/python bench/perf_bench.py [--levels 50,200] [--repeats 3] [--per-worker 6]
-        [--clients raw,rawparse,aiohttp,bench[,aiperf --aiperf CMD]] [--bench-loop auto]
+        [--clients raw,rawparse,rawstate,aiohttp,bench[,aiperf --aiperf CMD]] [--bench-loop auto]
         [--no-pin] [--json FILE]
 
 The server is `truth_server.py` (its own process, uvloop): it stamps each request's arrival
@@ -15,6 +15,9 @@ Per level C, closed loop, each client in a fresh process:
   `"content"`, stamped on arrival; no JSON parsing, no result objects.
 - `rawparse`: `raw`, but every event's JSON decoded with orjson and a token counted only
   where the first choice's delta has content: what reporting tokens costs at the least.
+- `rawstate`: `raw`, but each read de-chunked (in Python) and fed to prober's own
+  `SSEParser` and `StreamState`, and each request's `RequestResult` built, as bench does:
+  prober's accounting with no HTTP client under it, the least a hand-written client could cost.
 - `aiohttp`: the chosen stack's floor. aiohttp's client on uvloop as bench uses it (one
   session, no pool limit, every connection warmed first), each worker a task reading with
   `readany()` and counting `"content"` as `raw` does: no SSE, no JSON, no result objects.
@@ -26,7 +29,8 @@ Per level C, closed loop, each client in a fresh process:
   `X-Request-ID`.
 
 The floors separate what bench's CPU goes to: `rawparse ÷ raw` is decoding the events,
-`aiohttp ÷ raw` the HTTP client, `bench ÷ aiohttp` everything bench adds to its client.
+`rawstate ÷ raw` prober's accounting of them (channels, usage, bounds, stamps), `aiohttp ÷ raw`
+the HTTP client, `bench ÷ aiohttp` everything bench adds to its client.
 
 Per request, the truth TTFT is first token write − arrival at the server; the client's TTFT is
 what it reports (bench: `ttft_seconds` of its JSON record, matched by request id). Printed:
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -72,7 +77,7 @@ from perf_common import (
 
 HERE = Path(__file__).resolve().parent
 PROMPT_WORDS = 24
-FLOORS = ("raw", "rawparse", "aiohttp")  # the clients this script runs itself
+FLOORS = ("raw", "rawparse", "rawstate", "aiohttp")  # the clients this script runs itself
 CLIENTS = (*FLOORS, "bench", "aiperf")
 
 
@@ -160,6 +165,90 @@ class ParsingLane(RawLane):
         return found
 
 
+class StateLane(RawLane):
+    """`raw`, but each read de-chunked (in Python) and fed to prober's own `SSEParser` and
+    `StreamState`, and each request's `RequestResult` built, as bench does with every read:
+    what bench's accounting costs with no HTTP client under it. A hand-written client could
+    cost no less than this."""
+
+    def __init__(self, port: int, tokens: int) -> None:
+        from prober.sse import SSEParser
+        from prober.stream import StreamState, max_events
+
+        super().__init__(port, tokens)
+        self._parser = SSEParser
+        self._new_state = functools.partial(
+            StreamState, ndjson=False, event_limit=max_events(tokens)
+        )
+
+    def _send(self) -> None:
+        self._state = self._new_state("")
+        self._sse = self._parser()
+        self._head, self._last, self._left, self._skip, self._pending = True, False, 0, 0, b""
+        super()._send()
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        body, ended = self._dechunk(data)
+        state = self._state
+        state.first_byte(now)
+        if body:
+            state.feed(self._sse, body, now)
+        if not ended:
+            return
+        state.close(self._sse, now)
+        result = state.result(
+            state.conclude().outcome, t_sched_ns=self._t_sched, t_send_ns=self._t_sched,
+            t_end_ns=now, wall_start=0.0,
+        )  # fmt: skip
+        first = result.t_first_content_ns or 0
+        self.records.append((self._rid, self._t_sched, first, result.output_tokens))
+        self.left -= 1
+        if self.left > 0:
+            self._send()
+        elif self.done is not None:
+            self.done.set_result(None)
+
+    def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
+        """The body bytes `data` carries (headers and chunk framing gone), and whether the
+        last chunk came. Reads may split the framing anywhere."""
+        if self._head:
+            data = self._pending + data  # the header block so far
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                self._pending = data
+                return b"", False
+            self._head, self._pending, data = False, b"", data[end + 4 :]
+        elif self._pending:  # a chunk-size line cut by the last read
+            data, self._pending = self._pending + data, b""
+        out: list[bytes] = []
+        i, size = 0, len(data)
+        while i < size:
+            if self._skip:  # the CRLF after a chunk's data, or after the last chunk
+                step = min(self._skip, size - i)
+                self._skip -= step
+                i += step
+                if self._last and not self._skip:
+                    return b"".join(out), True
+            elif self._left:
+                step = min(self._left, size - i)
+                out.append(data[i : i + step])
+                self._left -= step
+                i += step
+                if not self._left:
+                    self._skip = 2
+            else:
+                eol = data.find(b"\r\n", i)
+                if eol < 0:
+                    self._pending = data[i:]
+                    break
+                self._left = int(data[i:eol].split(b";", 1)[0], 16)
+                i = eol + 2
+                if not self._left:  # the last chunk: the CRLF after it (no trailers) ends
+                    self._last, self._skip = True, 2
+        return b"".join(out), False
+
+
 def floor_output(cpu: float, records: list[tuple[str, int, int, int]]) -> dict[str, object]:
     """A floor's measured level: its CPU-seconds and, per request, (id, t_sched, first token,
     tokens) as stamped on its own clock."""
@@ -174,11 +263,11 @@ def floor_output(cpu: float, records: list[tuple[str, int, int, int]]) -> dict[s
 
 
 async def raw_measure(
-    port: int, concurrency: int, per_worker: int, tokens: int, parse: bool = False
+    port: int, concurrency: int, per_worker: int, tokens: int, kind: str = "raw"
 ) -> dict[str, object]:
     loop = asyncio.get_running_loop()
     lanes = []
-    lane_class = ParsingLane if parse else RawLane
+    lane_class = {"raw": RawLane, "rawparse": ParsingLane, "rawstate": StateLane}[kind]
     for _ in range(concurrency):
         _, lane = await loop.create_connection(lambda: lane_class(port, tokens), "127.0.0.1", port)
         lanes.append(lane)
@@ -255,7 +344,7 @@ def raw_worker(ns: argparse.Namespace) -> None:
     if ns.worker == "aiohttp":
         out = asyncio.run(aiohttp_measure(*args))
     else:
-        out = asyncio.run(raw_measure(*args, parse=ns.worker == "rawparse"))
+        out = asyncio.run(raw_measure(*args, kind=ns.worker))
     Path(ns.out).write_text(json.dumps(out))
 
 
@@ -398,14 +487,15 @@ def aiperf_run(
         requests.append({"id": meta["x_request_id"], "tokens": ns.tokens,
                          "ttft": metrics["time_to_first_token"]["value"] / 1e3})  # fmt: skip
     (cpu1, tokens1), (cpu2, tokens2) = cpu_tokens
-    figures = analyse(requests, truth, {"cpu": 0.0})
-    figures["cpu_per_1k"] = 1000 * (cpu2 - cpu1) / (tokens2 - tokens1)
-    figures["tokens_per_cpu_s"] = (tokens2 - tokens1) / (cpu2 - cpu1)
+    figures = analyse(requests, truth, {"cpu": cpu2 - cpu1}, cpu_tokens=tokens2 - tokens1)
     return figures | {"other_load": other.share(used)}
 
 
 def analyse(requests: list[dict[str, object]], truth: dict[str, list[object]],
-            own: dict[str, object]) -> dict[str, float]:  # fmt: skip
+            own: dict[str, object], cpu_tokens: int | None = None) -> dict[str, float]:  # fmt: skip
+    """A run's figures: `requests` matched to the `truth` by id, and the client's own figures
+    (`own["cpu"]`: its CPU-seconds, spent on `cpu_tokens` tokens, by default the matched
+    requests' tokens)."""
     client_ms, truth_ms, errors = [], [], []
     tokens = 0
     for r in requests:
@@ -420,6 +510,7 @@ def analyse(requests: list[dict[str, object]], truth: dict[str, list[object]],
         errors.append(seen_ms - true_ms)
         tokens += int(r["tokens"])  # type: ignore[call-overload]
     cpu = float(own["cpu"])  # type: ignore[arg-type]
+    tokens = tokens if cpu_tokens is None else cpu_tokens
     figures = {
         "matched": float(len(errors)),
         "ttft_p50_err": pct(client_ms, 50) - pct(truth_ms, 50),
@@ -473,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--per-worker", type=int, default=6, help="measured requests a worker")
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--clients", default="raw,rawparse,aiohttp,bench")
+    parser.add_argument("--clients", default="raw,rawparse,rawstate,aiohttp,bench")
     parser.add_argument("--bench-loop", default="auto", choices=["auto", "uvloop", "asyncio"])
     parser.add_argument("--quiet", type=float, default=0.25, metavar="SHARE")
     parser.add_argument("--no-pin", action="store_true")
