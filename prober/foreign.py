@@ -315,7 +315,7 @@ class ForeignEstimator:
         wait = max([statistics.fmean(s.wait for s in recent), *live])
         own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
         slots = self.slots
-        waiting = self._waiting(wait, slots, recent)
+        waiting = self._waiting(now, wait, slots, recent)
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         if waiting is None or slots is None or running is None:
             return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
@@ -337,13 +337,16 @@ class ForeignEstimator:
         last = itertools.islice(reversed(self._samples), least)
         return [s for s in last if s.at >= now - _STALE_SECONDS]
 
-    def _waiting(self, wait: float, slots: int | None, recent: list[ProbeSample]) -> float | None:
-        """Foreign requests waiting, `μ·W − 1`; 0 without a queue, None when μ is unknown."""
+    def _waiting(
+        self, now: float, wait: float, slots: int | None, recent: list[ProbeSample]
+    ) -> float | None:
+        """Foreign requests waiting at `now`, `μ·W − 1`; 0 without a queue, None when μ is
+        unknown."""
         gaps = [s.gap for s in recent if s.gap is not None]
         step = self.decode.gap_full or (statistics.median(gaps) if gaps else None)
         if wait <= queue_threshold(step):
             return 0.0
-        service = self._service(self._clock())
+        service = self._service(now)
         if slots is None or service <= 0:
             return None
         mu = slots / service
