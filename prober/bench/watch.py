@@ -27,8 +27,11 @@ LAG_INTERVAL_SECONDS = 0.01
 # Near a core: the loop has no idle time left to absorb a burst of reads or sends.
 CPU_SHARE_LIMIT = 0.90
 # TTFT p99 within 3 ms of the truth is the accuracy goal (docs/performance.md); a loop that
-# is late by more than that at p99 delays sends and resumptions by more than the goal.
-LOOP_LAG_P99_LIMIT_SECONDS = 0.005
+# is late by more than that at p99 delays sends and resumptions by more than the goal. The
+# timer samples the loop evenly in time, while first tokens land when it is busiest: where
+# another process shared the client's core, a lag p99 of 3.9 ms came with a TTFT p99 error
+# of 10 ms, so the limit is the goal itself and not the goal plus a margin.
+LOOP_LAG_P99_LIMIT_SECONDS = 0.003
 _MAX_LAG_SAMPLES = 1_000_000  # ~2.8 h of samples at 10 ms: a bound, not a limit in practice
 
 
