@@ -15,8 +15,13 @@ Every `--interval` seconds it prints the daemon's resident memory (VmRSS from
 requests finished, in flight and dropped. At the end: first vs last sample, the growth, and the
 growth per hour, over the whole run and over its second half (after warm-up). With
 `--no-scrape` nothing reads /metrics (as when Prometheus is down), so state that is only
-pruned at scrape time shows as growth; the request columns are then empty. Everything
-stops by itself after `--minutes`, or on Ctrl-C.
+pruned at scrape time shows as growth; the request columns are then empty. With
+`--tracemalloc` the daemon runs under Python's allocation tracer (`traced_daemon.py`): each
+sample adds the Python heap's traced size, and the summary its growth and the source lines
+whose allocations grew most over the second half. RSS can creep while the heap stays flat
+(the allocator's arenas, native buffers); only a growing heap is objects the daemon keeps.
+Traced, the RSS also holds the tracer's own tables and its two snapshots: read the heap.
+Everything stops by itself after `--minutes`, or on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +44,7 @@ from perf_common import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
+TRACED = Path(__file__).resolve().parent / "traced_daemon.py"
 CLI = [sys.executable, "-m", "prober.cli"]
 _SERIES = ("llmprober_requests_total", "llmprober_load_in_flight", "llmprober_load_dropped_total")
 FAULTS = ["status:503=0.02", "close_mid_body=0.01", "stall_after:2=0.01", "bad_json=0.01"]
@@ -51,6 +58,7 @@ class Sample:
     requests: float
     in_flight: float
     dropped: float
+    heap_kib: float = math.nan  # the Python heap's traced size (--tracemalloc)
 
 
 def rss_kib(pid: int) -> int:
@@ -62,6 +70,34 @@ def rss_kib(pid: int) -> int:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def signalled(pid: int, sig: signal.Signals, path: Path, timeout: float = 30.0) -> Path:
+    """Send `sig` to the traced daemon and wait for the file it answers with."""
+    path.unlink(missing_ok=True)
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the traced daemon did not write {path.name} in {timeout:g} s")
+        time.sleep(0.05)
+    return path
+
+
+def heap_kib(pid: int, folder: Path) -> float:
+    return int(signalled(pid, signal.SIGUSR1, folder / "traced").read_text()) / 1024
+
+
+def heap_growth(first: Path, last: Path, top: int = 10) -> list[str]:
+    """The source lines whose traced allocations grew most from `first` to `last`."""
+    own = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    old = tracemalloc.Snapshot.load(str(first)).filter_traces(own)
+    new = tracemalloc.Snapshot.load(str(last)).filter_traces(own)
+    grew = [d for d in new.compare_to(old, "lineno") if d.size_diff > 0]
+    return [
+        f"  {d.size_diff / 1024:+9.1f} KiB {d.count_diff:+7d} blocks  {d.traceback[0]}"
+        for d in grew[:top]
+    ]
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -162,6 +198,11 @@ def summary(samples: list[Sample]) -> dict[str, float]:
         "requests_per_second": round(last.requests / last.elapsed, 2) if last.elapsed else 0.0,
         "in_flight_max": max(s.in_flight for s in samples),
         "dropped": last.dropped,
+        "heap_first_mib": round(first.heap_kib / 1024, 1),
+        "heap_last_mib": round(last.heap_kib / 1024, 1),
+        "heap_growth_second_half_mib_per_hour": round(
+            per_hour(mid, last, (last.heap_kib - mid.heap_kib) / 1024), 1
+        ),
     }
 
 
@@ -180,10 +221,18 @@ def print_summary(result: dict[str, float]) -> None:
             else f"  requests {r['requests']:.0f} ({r['requests_per_second']}/s), "
             f"in flight max {r['in_flight_max']:.0f}, dropped {r['dropped']:.0f}"
         )
+        + (
+            ""
+            if math.isnan(r["heap_first_mib"])
+            else f"\n  Python heap (traced) {r['heap_first_mib']} -> {r['heap_last_mib']} MiB "
+            f"(second half {r['heap_growth_second_half_mib_per_hour']:+} MiB/h)"
+        )
     )
 
 
-def soak(args: argparse.Namespace, folder: Path) -> list[Sample]:
+def soak(args: argparse.Namespace, folder: Path) -> tuple[list[Sample], list[str]]:
+    """The samples, and with `--tracemalloc` the lines whose heap grew most over the second
+    half."""
     port, sim_port = free_port(), free_port()
     config = folder / "config.yml"
     config.write_text(config_text(port, sim_port, args))
@@ -195,15 +244,20 @@ def soak(args: argparse.Namespace, folder: Path) -> list[Sample]:
     samples: list[Sample] = []
     try:
         wait_http(f"http://127.0.0.1:{sim_port}/v1/models", 30, sim)
-        daemon = subprocess.Popen([*CLI, "run", "--config", str(config)], stdout=logs[1],
-                                  stderr=subprocess.STDOUT, env=env, cwd=ROOT)  # fmt: skip
+        run = ["run", "--config", str(config)]
+        command = [sys.executable, str(TRACED), str(folder), *run] if args.tracemalloc else [
+            *CLI, *run]  # fmt: skip
+        daemon = subprocess.Popen(command, stdout=logs[1], stderr=subprocess.STDOUT, env=env,
+                                  cwd=ROOT)  # fmt: skip
         wait_http(f"http://127.0.0.1:{port}/-/healthy", 30, daemon)
         mode = "overload" if args.overload else "steady"
         print(f"soak ({mode}): daemon pid {daemon.pid} on :{port}, simulator :{sim_port}, "
               f"load {args.rate}/s (cap {args.max_in_flight}), {args.minutes} min, "
               f"a sample every {args.interval} s; logs in {folder}", flush=True)  # fmt: skip
         print(f"{'elapsed':>8} {'rss_mib':>8} {'fds':>5} {'requests':>9} {'req/s':>7} "
-              f"{'in_flight':>9} {'dropped':>8}", flush=True)  # fmt: skip
+              f"{'in_flight':>9} {'dropped':>8}" + (f" {'heap_mib':>8}" if args.tracemalloc
+                                                    else ""), flush=True)  # fmt: skip
+        snapshots: list[Path] = []
         start = time.monotonic()
         end = start + args.minutes * 60
         while True:
@@ -214,15 +268,22 @@ def soak(args: argparse.Namespace, folder: Path) -> list[Sample]:
             m = scrape(port) if not args.no_scrape else dict.fromkeys(_SERIES, math.nan)
             s = Sample(elapsed, rss_kib(daemon.pid), open_fds(daemon.pid),
                        m["llmprober_requests_total"], m["llmprober_load_in_flight"],
-                       m["llmprober_load_dropped_total"])  # fmt: skip
+                       m["llmprober_load_dropped_total"],
+                       heap_kib(daemon.pid, folder) if args.tracemalloc else math.nan)  # fmt: skip
             rate = s.requests / elapsed if elapsed else 0.0
+            heap = f" {s.heap_kib / 1024:8.1f}" if args.tracemalloc else ""
             print(f"{_clock(elapsed):>8} {s.rss_kib / 1024:8.1f} {s.fds:5d} {s.requests:9.0f} "
-                  f"{rate:7.1f} {s.in_flight:9.0f} {s.dropped:8.0f}", flush=True)  # fmt: skip
+                  f"{rate:7.1f} {s.in_flight:9.0f} {s.dropped:8.0f}{heap}", flush=True)  # fmt: skip
             samples.append(s)
-            if time.monotonic() >= end - 0.5:
-                return samples
+            last = time.monotonic() >= end - 0.5
+            if args.tracemalloc and (last or (not snapshots and elapsed >= args.minutes * 30)):
+                name = f"snapshot-{len(snapshots)}.bin"
+                snapshots.append(signalled(daemon.pid, signal.SIGUSR2, folder / name))
+            if last:
+                growth = heap_growth(*snapshots) if len(snapshots) == 2 else []
+                return samples, growth
     except KeyboardInterrupt:
-        return samples
+        return samples, []
     finally:
         code = stop(daemon, 15) if daemon is not None else None
         stop(sim, 10)
@@ -249,6 +310,9 @@ def main() -> int:
     parser.add_argument("--no-faults", action="store_true", help="no random injected faults")
     parser.add_argument("--no-scrape", action="store_true", help="never read /metrics (only "
                         "/proc): shows state that only a scrape prunes")  # fmt: skip
+    parser.add_argument("--tracemalloc", action="store_true", help="trace the daemon's Python "
+                        "heap: its size per sample, and the lines that grew it most over the "
+                        "second half (slows the daemon)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the summary as JSON")
     args = parser.parse_args()
     if args.minutes <= 0 or args.rate <= 0:
@@ -256,12 +320,15 @@ def main() -> int:
     if args.interval is None:
         args.interval = min(30.0, max(1.0, args.minutes * 6))
     with tempfile.TemporaryDirectory(prefix="llmprober-soak-") as folder:
-        samples = soak(args, Path(folder))
+        samples, growth = soak(args, Path(folder))
     if len(samples) < 2:
         print("too few samples for a summary", file=sys.stderr)
         return 1
     result = summary(samples)
     print_summary(result)
+    if growth:
+        print("  heap growth over the second half, by source line (tracemalloc):")
+        print("\n".join(growth))
     if args.json:
         print(json.dumps({k: None if math.isnan(v) else v for k, v in result.items()}))
     return 0
