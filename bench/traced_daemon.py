@@ -29,6 +29,10 @@ def publish(folder: Path, name: str, write: Callable[[Path], object]) -> None:
 
 
 def main() -> int:
+    if len(sys.argv) < 3 or not Path(sys.argv[1]).is_dir():
+        print("usage: traced_daemon.py DIR ARGS...: DIR an existing folder for the answers, "
+              "ARGS what `python -m prober.cli` takes", file=sys.stderr)  # fmt: skip
+        return 2
     folder = Path(sys.argv[1])
     snapshots = itertools.count()
 
