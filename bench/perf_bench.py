@@ -131,9 +131,12 @@ class RawLane(asyncio.Protocol):
         if found:
             self._n += found
             self._t_first = self._t_first or now
-        if not buf.endswith(b"\r\n0\r\n\r\n"):
-            return
-        self.records.append((self._rid, self._t_sched, self._t_first, self._n))
+        if buf.endswith(b"\r\n0\r\n\r\n"):
+            self._ended(self._t_first, self._n)
+
+    def _ended(self, t_first: int, tokens: int) -> None:
+        """The current request's body ended: record it, then send the next or be done."""
+        self.records.append((self._rid, self._t_sched, t_first, tokens))
         self.left -= 1
         if self.left > 0:
             self._send()
@@ -201,13 +204,7 @@ class StateLane(RawLane):
             state.conclude().outcome, t_sched_ns=self._t_sched, t_send_ns=self._t_sched,
             t_end_ns=now, wall_start=0.0,
         )  # fmt: skip
-        first = result.t_first_content_ns or 0
-        self.records.append((self._rid, self._t_sched, first, result.output_tokens))
-        self.left -= 1
-        if self.left > 0:
-            self._send()
-        elif self.done is not None:
-            self.done.set_result(None)
+        self._ended(result.t_first_content_ns or 0, result.output_tokens)
 
     def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
         """The body bytes `data` carries (headers and chunk framing gone), and whether the
