@@ -47,9 +47,17 @@ def bound_port_of(runner: web.AppRunner) -> int:
 
 
 async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """`/metrics` as {(sample name, sorted labels): value}."""
+    """`/metrics` as {(sample name, sorted labels): value}.
+
+    Parsed in a thread: a daemon with many targets exposes thousands of samples, and parsing
+    them on the loop the daemon shares with the test would stall its probes for a tenth of a
+    second a scrape (a thread gives the loop back every few milliseconds)."""
     async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
         text = await resp.text()
+    return await asyncio.to_thread(_samples, text)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

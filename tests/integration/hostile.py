@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 Behaviour = Callable[["Hostile", web.Request], Awaitable[web.StreamResponse]]
 MAX_WRITES = 1_000_000  # an endless stream stops here, or after MAX_SECONDS, if nobody stops it
 MAX_SECONDS = 10.0
+YIELD_BYTES = 64 * 1024  # an endless stream lets the loop run after writing this much
 HOLD_SECONDS = 5.0  # how long a connection is held open after the end
 
 
@@ -152,14 +153,27 @@ def ollama_numbers(count: str, duration: str) -> Behaviour:
 
 
 def endless(piece: bytes, ctype: str = "text/event-stream", per_write: int = 1) -> Behaviour:
-    """`piece` written again and again at full speed, until the client leaves (bounded)."""
+    """`piece` written again and again at full speed, until the client leaves (bounded).
+
+    The loop runs again after each `YIELD_BYTES` written. This server shares the test's loop
+    with the client under test, and loopback's socket buffers take megabytes without making
+    a write wait: a handler that never yielded would write for a tenth of a second and more
+    before the client could read, and every other target's latency would measure this
+    server, not the client. A real endless server is another process; yielding makes this
+    one behave more like one (small pieces still reach a client's event bound in one turn)."""
+    data = piece * per_write
 
     async def handler(state: Hostile, request: web.Request) -> web.StreamResponse:
         resp = await start(request, ctype)
         deadline = time.monotonic() + MAX_SECONDS
+        unyielded = 0
         with gone(state, request):
             for _ in range(MAX_WRITES):
-                await resp.write(piece * per_write)
+                await resp.write(data)
+                unyielded += len(data)
+                if unyielded >= YIELD_BYTES:
+                    unyielded = 0
+                    await asyncio.sleep(0)
                 if time.monotonic() > deadline:
                     break
         return resp

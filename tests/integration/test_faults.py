@@ -21,6 +21,7 @@ import asyncio
 import os
 import socket
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.sim.faults import FAULT_HEADER
-from tests.integration.daemon import daemon, scrape, simulator, value, wait_for
+from tests.integration.daemon import daemon, scrape, simulator, wait_for
 from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of, hostile_server
 from tests.support.net import closed_port
 from tests.support.servers import SIM, bad_http_server, tls_simulator
@@ -131,6 +132,16 @@ async def fetch_status(url: str) -> int:
         return resp.status
 
 
+def results_by_target(samples: dict[Any, float]) -> Counter[tuple[str, str]]:
+    """Results counted per (target, mode), every outcome together, in one pass."""
+    seen: Counter[tuple[str, str]] = Counter()
+    for (name, labels), v in samples.items():
+        if name == "llmprober_requests_total":
+            label = dict(labels)
+            seen[label["target"], label["mode"]] += v
+    return seen
+
+
 def outcomes(samples: dict[Any, float], target: str, mode: str) -> dict[str, float]:
     return {
         dict(labels)["outcome"]: v
@@ -166,10 +177,9 @@ async def test_fault_matrix_probes_and_load(no_dns: None, tmp_path: Path) -> Non
 
             async def counted() -> bool:
                 s = await scrape(url)  # also proves /metrics answers while targets fail
+                seen = results_by_target(s)
                 return all(
-                    value(s, "llmprober_requests_total", target=name, mode="probe") >= 1
-                    and value(s, "llmprober_requests_total", target=name, mode="load")
-                    >= MIN_LOAD_RESULTS
+                    seen[name, "probe"] >= 1 and seen[name, "load"] >= MIN_LOAD_RESULTS
                     for name in targets
                 )
 
