@@ -364,7 +364,7 @@ class ForeignEstimator:
         queue = list(itertools.islice(full, len(full) - self._queue_run, None))
         recent = _recent_service(queue, now)
         if len(recent) < _MIN_FULL:
-            recent = _recent_service(self._full_service, now)
+            recent = _recent_service(full, now)
         return statistics.median(recent) if recent else 0.0
 
     def _running(
