@@ -21,7 +21,6 @@ import asyncio
 import os
 import socket
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -132,23 +131,15 @@ async def fetch_status(url: str) -> int:
         return resp.status
 
 
-def results_by_target(samples: dict[Any, float]) -> Counter[tuple[str, str]]:
-    """Results counted per (target, mode), every outcome together, in one pass."""
-    seen: Counter[tuple[str, str]] = Counter()
+def outcomes(samples: dict[Any, float]) -> dict[tuple[str, str], dict[str, float]]:
+    """`llmprober_requests_total` as {(target, mode): {outcome: count}}, nonzero counts only,
+    in one pass over the samples."""
+    seen: dict[tuple[str, str], dict[str, float]] = {}
     for (name, labels), v in samples.items():
-        if name == "llmprober_requests_total":
+        if name == "llmprober_requests_total" and v:
             label = dict(labels)
-            seen[label["target"], label["mode"]] += v
+            seen.setdefault((label["target"], label["mode"]), {})[label["outcome"]] = v
     return seen
-
-
-def outcomes(samples: dict[Any, float], target: str, mode: str) -> dict[str, float]:
-    return {
-        dict(labels)["outcome"]: v
-        for (name, labels), v in samples.items()
-        if name == "llmprober_requests_total" and v
-        and ("target", target) in labels and ("mode", mode) in labels
-    }  # fmt: skip
 
 
 async def settle(baseline: tuple[int, int], timeout: float = 8.0) -> tuple[int, int]:
@@ -190,8 +181,9 @@ async def test_fault_matrix_probes_and_load(no_dns: None, tmp_path: Path) -> Non
             async with aiohttp.ClientSession() as s, s.get(f"{url}/-/healthy") as resp:
                 assert resp.status == 200
     wrong = {}
+    seen = outcomes(samples)
     for name, (_, expected) in targets.items():
-        probe, load = outcomes(samples, name, "probe"), outcomes(samples, name, "load")
+        probe, load = seen.get((name, "probe"), {}), seen.get((name, "load"), {})
         if sum(probe.values()) != 1 or not set(probe) | set(load) <= {expected}:
             wrong[name] = {"expected": expected, "probe": probe, "load": load}
     assert not wrong, f"misclassified: {wrong}"
