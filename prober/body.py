@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import aiohttp
 
+from prober.exchange import ExchangeBounds
 from prober.sse import LineSplitter, SSEParser, StreamError
 from prober.stream import StreamState
 from prober.wire import ArrivalStampingHandler, arrival_clock
@@ -31,18 +31,39 @@ from prober.wire import ArrivalStampingHandler, arrival_clock
 _AFTER_END_SECONDS = 0.05
 _AFTER_END_BYTES = 64 * 1024
 _BYTES_PER_EVENT = 4 * 1024  # body bytes allowed per event of the bound, beyond 2 lines
+# Chunk framing allowed per event of the bound, beyond a fixed part for the trailers: a chunk
+# costs 5-12 bytes of framing, and a server sends one or two per event (the event bound is
+# already 4 per token asked for).
+_FRAMING_PER_EVENT = 16
+_FRAMING_BYTES = 4 * 1024
+
+
+def stream_bounds(event_limit: int, max_line_bytes: int) -> ExchangeBounds:
+    """What the exchange of a stream of at most `event_limit` events may receive: its body
+    (`BodyReader.budget`), chunk framing in proportion, and the fixed head bounds."""
+    body = 2 * max_line_bytes + _BYTES_PER_EVENT * event_limit
+    return ExchangeBounds(body=body, framing=_FRAMING_PER_EVENT * event_limit + _FRAMING_BYTES)
 
 
 class BodyReader:
     """One response body: its byte budget, its stall watch, and where the stream stands.
 
-    At the first token the deadline moves from the first token's to `total_deadline` and
-    `on_streaming` is called (the caller's phase, which classifies a timeout)."""
+    At the first token the deadline moves from the first token's to `total_deadline`, and
+    `streaming` turns true (the caller reads it to classify a fault)."""
 
     __slots__ = (
-        "_content", "_deadline", "_ended", "_idle", "_idle_seconds", "_loop",
-        "_on_streaming", "_protocol", "_total_deadline", "budget", "reader", "state",
-    )  # fmt: skip
+        "_content",
+        "_deadline",
+        "_ended",
+        "_idle",
+        "_idle_seconds",
+        "_loop",
+        "_protocol",
+        "_total_deadline",
+        "budget",
+        "reader",
+        "state",
+    )
 
     def __init__(
         self,
@@ -54,20 +75,23 @@ class BodyReader:
         idle_seconds: float,
         deadline: asyncio.Timeout,
         total_deadline: float,
-        on_streaming: Callable[[], None],
     ) -> None:
         self.state = state
         self.reader = reader
-        self.budget = 2 * max_line_bytes + _BYTES_PER_EVENT * (state.event_limit or 0)
+        self.budget = stream_bounds(state.event_limit or 0, max_line_bytes).body
         self._content = content
         self._loop = asyncio.get_running_loop()
         self._idle_seconds = idle_seconds
         self._deadline = deadline
         self._total_deadline = total_deadline
-        self._on_streaming = on_streaming
         self._idle: _IdleWatch | None = None
         self._ended: asyncio.Future[bool] | None = None
         self._protocol: ArrivalStampingHandler | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """A token has come: the deadline is the total's, and a stall is watched."""
+        return self._idle is not None
 
     async def read(self, resp: aiohttp.ClientResponse) -> None:
         """Read `resp`'s body to the stream's end; raise what the stream or the connection
@@ -98,7 +122,6 @@ class BodyReader:
                 if self._idle is not None:
                     self._idle.last = self._loop.time()
                 else:
-                    self._on_streaming()
                     self._deadline.reschedule(self._total_deadline)
                     self._idle = _IdleWatch(self._loop, self._deadline, self._idle_seconds)
         return False
@@ -122,14 +145,18 @@ class BodyReader:
             return await ended
         finally:
             protocol.on_read = None
-            if ended.done() and not ended.cancelled():
-                ended.exception()  # retrieved: a timeout may have cancelled the task first
+            if ended.done() and not ended.cancelled() and ended.exception() is None:
+                # A whole stream: what the protocol kept after its end (the last chunk, say)
+                # goes to aiohttp, so the connection can be reused (`_after_end`). After a
+                # fault it stays unparsed: the connection is closed.
+                protocol.read_pending()
 
-    def _on_read(self) -> None:
-        """The protocol's callback: after each parsed read, and when the connection is lost."""
+    def _on_read(self) -> bool:
+        """The protocol's callback: after each parsed read (or slice of one), and when the
+        connection is lost. False once the stream has ended, failed or timed out."""
         ended, protocol = self._ended, self._protocol
         if ended is None or protocol is None or ended.done():  # ended, or cancelled (timeout)
-            return
+            return False
         content = self._content
         try:
             # Until the body is empty: taking from it can resume aiohttp's parser (paused on
@@ -138,12 +165,15 @@ class BodyReader:
             while chunk := content.read_nowait():  # raises what ended the connection
                 if self.take(chunk, protocol.received_ns):
                     ended.set_result(True)
-                    return
+                    return False
             if content.at_eof():
                 self.state.close(self.reader, time.perf_counter_ns())
                 ended.set_result(False)
+                return False
         except Exception as exc:  # handed to the task, which classifies it
             ended.set_exception(exc)
+            return False
+        return True
 
 
 class _IdleWatch:

@@ -1,14 +1,20 @@
 """The daemon's aiohttp application: one factory owns the whole lifecycle.
 
 Routes: `/metrics` (prometheus-client's aiohttp handler on the daemon's own registry, with
-the common formats rendered by `exposition.py`: the same bytes, faster; figures in
-docs/performance.md),
+the common formats rendered by `exposition.py`: the same bytes, faster, one render shared by
+concurrent scrapes and made off the loop, `scrapes.py`; figures in docs/performance.md),
 `/probe?target=NAME` (one probe now, its metrics in a fresh registry: the blackbox-exporter
 pattern; only configured names are accepted, so it cannot be turned into a proxy),
 `/-/healthy`, `/-/ready` and a landing page. With `server.web_config_file`, basic auth guards
 every route but the two health checks, and `WEB_CONFIG.ssl_context()` serves them over TLS
-(`webconfig.py`). The client session and the probe scheduler
+(`webconfig.py`). The client sessions and the probe scheduler
 start in `cleanup_ctx` and stop in reverse order.
+
+Each target has a client session of its own, and with it a connection pool of its own
+(`SESSIONS`): a connection opened for one target never carries another's request, even to
+the same host and port (a forged answer left in a pooled connection could otherwise be
+read by another target's request; `wire.py` closes such a connection too). Probes, load,
+`/probe` and the engine `/metrics` scrape of a target all use its session.
 
 Shutdown has one deadline, `server.grace_seconds` from the moment it begins (`on_shutdown`):
 scheduled probes, background load and `/probe` requests in flight all drain at once within
@@ -26,17 +32,17 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 
 from prober import __version__
-from prober.capacity import CapacityCollector, TargetCapacity
-from prober.estimate import OwnLoad
-from prober.exposition import metrics_handler
+from prober.capacity.own import OwnLoad
+from prober.capacity.target import CapacityCollector, TargetCapacity
 from prober.load import LoadDriver
 from prober.metrics import Metrics
 from prober.record import Mode, Recorder, cancelled
 from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
+from prober.scrapes import metrics_handler
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig
@@ -46,7 +52,7 @@ SETTINGS = web.AppKey("settings", Settings)
 TARGETS = web.AppKey("targets", dict[str, Target])
 PROBED = web.AppKey("probed", set[str])
 METRICS = web.AppKey("metrics", Metrics)
-SESSION = web.AppKey("session", aiohttp.ClientSession)
+SESSIONS = web.AppKey("sessions", dict[str, aiohttp.ClientSession])  # by target name
 SCHEDULER = web.AppKey("scheduler", ProbeScheduler)
 CAPACITY = web.AppKey("capacity", dict[str, TargetCapacity])
 RECORDER = web.AppKey("recorder", Recorder)
@@ -79,6 +85,10 @@ PROBE_RETRY_AFTER_SECONDS = 1
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
+    # No `_created` series, in either format (docs/design.md, "Series hygiene"): each would be
+    # one more series per counter and histogram child, which Prometheus stores as a gauge.
+    # prometheus-client's switch is process-wide; a daemon process serves this exposition.
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in the library
     web_config = settings.server.web_config  # read and validated once, by load_settings
     app = web.Application(middlewares=web_config.middlewares())
     app[SETTINGS] = settings
@@ -111,10 +121,12 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
 
 
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[SESSION] = client_session()
-    report_stamping(app[SESSION], app[METRICS].registry)
+    sessions = {name: client_session() for name in app[TARGETS]}
+    app[SESSIONS] = sessions
+    # Every session is made the same way: one says which stamping is live for all.
+    report_stamping(next(iter(sessions.values())), app[METRICS].registry)
     yield
-    await app[SESSION].close()
+    await asyncio.gather(*(session.close() for session in sessions.values()))
 
 
 def owns_target(name: str, index: int, count: int) -> bool:
@@ -128,7 +140,7 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
     Every replica carries 1/count of each target's load; only the replica that probes a
     target scrapes its server metrics, so summing across replicas counts the truth once.
     """
-    session, settings, recorder = app[SESSION], app[SETTINGS], app[RECORDER]
+    sessions, settings, recorder = app[SESSIONS], app[SETTINGS], app[RECORDER]
     capacity = app[CAPACITY]
     loads: list[LoadDriver] = []
     for target in app[TARGETS].values():
@@ -136,11 +148,12 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
         if cfg is None:
             continue
         cap = capacity[target.name]
-        rate = cfg.rate / settings.shard.count
-        loads.append(LoadDriver(session, target, cfg, recorder, rate=rate, own_load=cap.own_load))
+        session = sessions[target.name]
+        shard = (settings.shard.index, settings.shard.count)
+        loads.append(LoadDriver(session, target, cfg, recorder, own_load=cap.own_load, shard=shard))
     app[LOADS] = loads
     watchers = [
-        asyncio.create_task(cap.watch(session))
+        asyncio.create_task(cap.watch(sessions[name]))
         for name, cap in capacity.items()
         if name in app[PROBED]
     ]
@@ -155,7 +168,8 @@ async def _capacity_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     probed = [t for name, t in app[TARGETS].items() if name in app[PROBED]]
-    scheduler = ProbeScheduler(app[SESSION], probed, app[RECORDER])
+    sessions: dict[str, aiohttp.ClientSession] = app[SESSIONS]
+    scheduler = ProbeScheduler(sessions, probed, app[RECORDER])
     app[SCHEDULER] = scheduler
     scheduler.start()
     yield
@@ -204,7 +218,7 @@ async def _probe_now(request: web.Request) -> web.Response:
         )
     probing.add(name)
     t_sched_ns = time.perf_counter_ns()
-    send = asyncio.create_task(target.send(request.app[SESSION], t_sched_ns))
+    send = asyncio.create_task(target.send(request.app[SESSIONS][name], t_sched_ns))
     inflight.sends.add(send)
     try:
         result = await asyncio.shield(send)  # the drain, not the client, may cancel it
@@ -217,9 +231,9 @@ async def _probe_now(request: web.Request) -> web.Response:
         inflight.sends.discard(send)
         probing.discard(name)
     registry = CollectorRegistry()
-    metrics = Metrics(registry)
-    metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
-    Recorder(metrics).record(target, result, Mode.ON_DEMAND)
+    recorder = Recorder(Metrics(registry))
+    recorder.describe(target)
+    recorder.record(target, result, Mode.ON_DEMAND)
     return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
 
 

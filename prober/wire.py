@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from aiohttp.client_proto import ResponseHandler
 from prometheus_client import CollectorRegistry
 
 from prober import __version__
+from prober.exchange import SLICE_BYTES, ExchangeMeter, ResponseTooLarge, exchange_meter
 from prober.logs import get_logger
 from prober.metric_specs import STAMPING_INFO, gauge
 
@@ -123,16 +125,25 @@ class ArrivalStampingHandler(ResponseHandler):
 
     While `on_read` is set (by `body.BodyReader`, for a streamed body) a read is only stamped
     and kept when the loop hands it over: the session's `ReadPump` later gives it to aiohttp
-    to parse, then calls `on_read`, outside any task. The loop's poll of its sockets thus
-    costs a stamp and an append per read, so every socket of a burst is stamped within
-    microseconds, however slow the parsing. Bytes reach aiohttp in the order they came;
-    whatever is kept is given to it before anything else (a read while `on_read` is unset,
-    the end of the connection)."""
+    to parse, then calls `on_read`, outside any task (after each slice of a large read, too:
+    once it says it wants no more, the rest of the read stays kept, unparsed). The loop's
+    poll of its sockets thus costs a stamp and an append per read, so every socket of a
+    burst is stamped within microseconds, however slow the parsing. Bytes reach aiohttp in
+    the order they came; whatever is kept is given to it before anything else (a read while
+    `on_read` is unset, the end of the connection).
+
+    A connection goes back to the pool only after an exchange that ended cleanly with
+    nothing unread (aiohttp's `should_close`); any byte the server sends between two
+    exchanges closes it (`_unsolicited`).
+
+    Every byte of an exchange is counted against its bounds (`exchange.py`): as it arrives,
+    and as aiohttp parses it, a slice at a time. Past a bound nothing more is parsed, the
+    exchange ends with `ResponseTooLarge` and the connection is closed (`_cut_off`)."""
 
     received_ns = 0
     made_ns = 0
     waiting_ns = 0  # the first read not parsed yet arrived then (the pump's queue)
-    on_read: Callable[[], None] | None = None
+    on_read: Callable[[], bool] | None = None  # False: the reader wants no more of the body
 
     def __init__(self, *args: Any, pump: ReadPump | None = None, **kwargs: Any) -> None:
         self.tcp_ns = time.perf_counter_ns()
@@ -140,18 +151,125 @@ class ArrivalStampingHandler(ResponseHandler):
         self._kept: list[bytes] = []
         self._kept_bytes = 0
         self._read_soon = False
+        self.meter = ExchangeMeter()
+        self._cut: ResponseTooLarge | None = None
+        self._answer: Any = None  # the final response's payload (a StreamReader), once parsed
         super().__init__(*args, **kwargs)
+
+    def set_response_params(self, **kwargs: Any) -> None:
+        """aiohttp's call as it sends a request on this connection, in the request's task:
+        an exchange begins, counted by the meter that task opened (`exchange.bounded`)."""
+        self._answer = None
+        self.meter = exchange_meter()
+        self.meter.begin()
+        super().set_response_params(**kwargs)
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's body buffer calls this for every chunk taken from it below its low-water
+        # mark, paused or not; unpaused there is nothing to resume, and the call fed the
+        # parser an empty read each time (a round through `data_received` per token, three
+        # aiohttp calls per chunk of a flood of small chunks).
+        if self._reading_paused or getattr(self, "_buffer_paused", False):
+            super().resume_reading(resume_parser)
+
+    def set_exception(self, exc: BaseException, *args: Any, **kwargs: Any) -> None:
+        # Once cut, the cut is the exchange's error, whatever aiohttp sets after it: the loss
+        # of the connection that follows would read as a server that hung up on a request.
+        super().set_exception(self._cut or exc, *args, **kwargs)
+
+    def _unsolicited(self) -> bool:
+        """Bytes between two exchanges (the last answer ended whole, nothing unread, and no
+        request since): a server that answers what was never asked (a forged response
+        waiting in the pool for the next request, maybe another target's) has its connection
+        closed, never reused."""
+        answer = self._answer
+        if answer is None or not answer.is_eof() or self._buffer or self._tail:
+            return False
+        self.force_close()
+        if self.transport is not None:
+            self.transport.close()
+        return True
+
+    def _parse(self, data: bytes) -> None:
+        """aiohttp parses `data`, counted against the exchange's bounds."""
+        if self._cut is not None:
+            return
+        meter = self.meter
+        if not data or self._parser is None:  # resuming the parser, or no exchange begun
+            super().data_received(data)
+        elif meter.head_done and len(data) <= SLICE_BYTES:  # most reads: one slice of body
+            super().data_received(data)
+            meter.fed += len(data)
+            if meter.fed - self._answer.total_bytes > meter.framing_line:
+                self._cut_off(meter.framing_problem())
+        else:
+            self._parse_sliced(data)
+
+    def _parse_sliced(self, data: bytes) -> None:
+        """Parse `data` a slice at a time, checking the bounds after each: a flood of 1xx
+        responses, of chunk extensions or of 1-byte chunks is cut within a slice."""
+        meter, pos, end = self.meter, 0, len(data)
+        while pos < end and self._cut is None and self.exception() is None:
+            if meter.head_done:
+                size = min(SLICE_BYTES, end - pos)
+                super().data_received(data[pos : pos + size])
+                meter.fed += size
+                if meter.fed - self._answer.total_bytes > meter.framing_line:
+                    problem = meter.framing_problem()
+                elif pos + size < end and self.on_read is not None and not self.on_read():
+                    # The reader is done with the body (its end, or a fault it found): what
+                    # follows waits, unparsed. An endless stream thus costs the parsing up to
+                    # its bound, not a whole read past it (256 KiB: ~3,000 chunks of events).
+                    self._kept.insert(0, data[pos + size :])
+                    self._kept_bytes += end - pos - size
+                    return
+                else:
+                    problem = ""
+            else:
+                size = meter.head_room(end - pos)
+                queued = len(self._buffer)
+                super().data_received(data[pos : pos + size] if size < end else data)
+                responses = [m for (m, _), _ in itertools.islice(self._buffer, queued, None)]
+                problem = meter.headed(size, (m.code for m in responses))
+                if meter.head_done and self._answer is None:
+                    self._answer = self._payload
+            pos += size
+            if problem or not size:  # no size: the head is full (`headed` said so)
+                self._cut_off(problem)
+
+    def _cut_off(self, problem: str) -> None:
+        """Past a bound: nothing more is parsed, the exchange (its response, or the body being
+        read) ends with `ResponseTooLarge`, and the connection is closed."""
+        exc = ResponseTooLarge(problem)
+        self._cut = exc
+        self._kept, self._kept_bytes = [], 0
+        self.set_exception(exc)
+        if self._answer is not None:
+            self._answer.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+        if self.on_read is not None:
+            self.on_read()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.made_ns = time.perf_counter_ns()
         super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._cut is not None:
+            return
         if data:  # aiohttp also calls it with b"" to resume its parser: no arrival
             self.received_ns = time.perf_counter_ns()
+            if self._unsolicited():
+                return
+            meter = self.meter
+            meter.arrived += len(data)
+            if meter.arrived > meter.total:
+                self._cut_off(meter.total_problem())
+                return
         if not data or self.on_read is None:
             self._give_kept()
-            super().data_received(data)
+            self._parse(data)
             return
         self._kept.append(data)
         self._kept_bytes += len(data)
@@ -167,8 +285,11 @@ class ArrivalStampingHandler(ResponseHandler):
         super().eof_received()
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        answer = self._answer
         self.read_pending()  # aiohttp drops unread bytes once it has set the loss
         super().connection_lost(exc)
+        if self._cut is not None and answer is not None:
+            answer.set_exception(self._cut)  # aiohttp set "payload not completed" over it
         if self.on_read is not None:
             self.on_read()
 
@@ -184,7 +305,7 @@ class ArrivalStampingHandler(ResponseHandler):
             data = kept[0] if len(kept) == 1 else b"".join(kept)
             self._kept = []
             self._kept_bytes = 0
-            super().data_received(data)
+            self._parse(data)
 
 
 def arrival_clock(resp: aiohttp.ClientResponse) -> ArrivalStampingHandler | None:
@@ -236,9 +357,11 @@ def report_stamping(session: aiohttp.ClientSession, registry: CollectorRegistry)
         _log.info("stamping", method=method)
     else:
         _log.warning(
-            "stamping", method=method, aiohttp=aiohttp.__version__,
+            "stamping",
+            method=method,
+            aiohttp=aiohttp.__version__,
             note="arrivals stamped when each read returns: up to ms late under batching",
-        )  # fmt: skip
+        )
     return method
 
 

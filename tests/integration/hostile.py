@@ -4,7 +4,8 @@
 (and `/{name}/api/chat` for Ollama's NDJSON), so one server and one daemon can carry a target
 per behaviour. Each behaviour is a variant of a class from the hostile-endpoint issue:
 compressed bodies, redirects, nonsense numbers, endless streams, an end followed by junk or a
-held connection, a connection closed after the request, an id that echoes the credentials.
+held connection, a connection closed after the request, an id that echoes the credentials,
+error texts that split the key or aim at a terminal or a log (round two).
 Every loop is bounded in count and in time; every redirect points back at this server's
 `/sink/...`, which counts what reaches it. `Hostile.requests` counts requests per behaviour
 and keeps each request's prompt size and headers.
@@ -13,11 +14,13 @@ and keeps each request's prompt size and headers.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import socket
 import struct
 import time
+import urllib.parse
 import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -233,6 +236,74 @@ def prompt_tokens_constant(count: int) -> Behaviour:
     return usage_block(usage(count))
 
 
+# -- error texts aimed at the key's redaction and at terminals (round two, items 3 and 4) --
+
+
+def _key(request: web.Request) -> str:
+    return request.headers.get("Authorization", "").removeprefix("Bearer ")
+
+
+def in_stream_error(message: Callable[[str], str]) -> Behaviour:
+    """A token, then an in-stream error whose message is `message(key)` (JSON-escaped, so a
+    lone surrogate arrives as `\\ud800` and decodes to one)."""
+
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        error = json.dumps({"error": {"message": message(_key(request))}}).encode()
+        return await stream(request, chunk("Hel") + b"data: " + error + b"\n\n")
+
+    return handler
+
+
+async def echo_key_401_base64(_: Hostile, request: web.Request) -> web.StreamResponse:
+    """401 whose body holds the Authorization header base64-encoded, plain and URL-quoted."""
+    auth = request.headers.get("Authorization", "").encode()
+    seen = base64.b64encode(auth).decode()
+    safe = urllib.parse.quote(base64.urlsafe_b64encode(b"u:" + auth).decode())
+    return web.json_response({"error": "unauthorized", "seen": seen, "also": safe}, status=401)
+
+
+# -- memory and numbers (round two, items 7 and 8) -----------------------------------------
+
+HUGE_INT = "9" * 100_000  # past Python's 4,300-digit limit for int()
+
+
+def many_data_lines(count: int) -> Behaviour:
+    """A token, then one event of `count` empty `data:` lines (6 bytes each), then its end."""
+
+    async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
+        resp = await start(request)
+        await resp.write(chunk("Hel"))
+        for _ in range(count // 10_000):  # 60 KB writes, so the loop runs between them
+            await resp.write(b"data:\n" * 10_000)
+            await asyncio.sleep(0)
+        await resp.write(b"\n" + STOP + DONE)
+        return resp
+
+    return handler
+
+
+FORGED_LOG_LINE = '{"event": "probe_ok", "level": "info", "target": "forged"}'
+ERROR_TEXTS: dict[str, Callable[[str], str]] = {
+    "error_key_ansi": lambda key: f"bad key {key[:9]}\x1b[0m{key[9:]} given",
+    "error_key_zero_width": lambda key: f"bad key {key[:9]}\u200b{key[9:]} given",
+    "error_surrogate": lambda _: "broken \ud800 text",
+    "error_controls": lambda _: f"x\n\x1b[2J\x1b[H\x07\x00 cleared\n{FORGED_LOG_LINE}",
+}
+
+
+def leaked_pieces(key: str, text: str, width: int = 12) -> list[str]:
+    """Pieces of `key`, or of its base64 text at any offset, that `text` shows (its printable
+    characters, URL-unquoted): any of them means part of the key leaked."""
+    forms = [key]
+    for pad in (b"", b"a", b"ab"):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            full = encode(pad + key.encode()).decode()
+            forms.append(full[(len(pad) * 8 + 5) // 6 : (len(pad) + len(key)) * 8 // 6])
+    shown = "".join(c for c in urllib.parse.unquote(text) if c.isprintable() and c != " ")
+    pieces = {f[i : i + width] for f in forms for i in range(len(f) - width + 1)}
+    return sorted(p for p in pieces if p in shown)
+
+
 BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
     # name: (behaviour, the outcome a probe of it must count)
     "gzip": (compressed("gzip"), "protocol_error"),
@@ -271,6 +342,11 @@ BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
     "close_after_request": (hang_up(reset=False), "protocol_error"),
     "reset_after_request": (hang_up(reset=True), "protocol_error"),
     "echo_key_id": (echo_key_id, "ok"),
+    **{name: (in_stream_error(text), "http_5xx") for name, text in ERROR_TEXTS.items()},
+    "echo_key_401_base64": (echo_key_401_base64, "http_4xx"),
+    "event_many_lines": (many_data_lines(500_000), "protocol_error"),
+    "huge_int_ignored": (usage_block(f'"x_pad": {HUGE_INT}, ' + usage(5)), "ok"),
+    "huge_int_usage": (usage_block(usage(HUGE_INT, HUGE_INT, HUGE_INT)), "ok"),
 }
 OLLAMA_BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
     "ollama_numbers_bad": (ollama_numbers("-7", "1e400"), "ok"),
@@ -340,3 +416,57 @@ async def hostile_server() -> AsyncIterator[Hostile]:
 
 def api_of(name: str) -> str:
     return "ollama" if name in OLLAMA_BEHAVIOURS else "chat"
+
+
+# -- a forged answer left in a pooled connection (round two, item 2) ------------------------
+
+
+def _sse_response(completion_tokens: int) -> bytes:
+    body = chunk("Hel") + chunk("lo") + STOP
+    body += b'data: {"choices": [], ' + usage(5, completion_tokens).encode() + b"}\n\n" + DONE
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bool:
+    """One HTTP/1.1 request with a Content-Length body; False when the client left."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+        return False
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+         if line.lower().startswith(b"content-length:")), 0,
+    )  # fmt: skip
+    await reader.readexactly(length)
+    return True
+
+
+@asynccontextmanager
+async def forging_server(answers: list[int]) -> AsyncIterator[str]:
+    """Answers each request (5 completion tokens), then 0.1 s later sends a second,
+    unsolicited response (777 tokens) down the same connection. Counts connections in
+    `answers`; at most 4 requests a connection."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answers.append(0)
+        try:
+            for _ in range(4):
+                if not await _read_request(reader):
+                    break
+                writer.write(_sse_response(5))
+                await asyncio.sleep(0.1)
+                writer.write(_sse_response(777))  # the forgery
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+        await server.wait_closed()

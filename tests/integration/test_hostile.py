@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -27,10 +28,20 @@ from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.result import Outcome, RequestResult
 from prober.settings import TargetConfig
 from prober.stream import max_events
+from prober.summary import result_summary
 from prober.targets import Target
 from prober.timings import Slo
 from prober.web import client_session
-from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of
+from tests.integration.hostile import (
+    BEHAVIOURS,
+    ERROR_TEXTS,
+    FORGED_LOG_LINE,
+    OLLAMA_BEHAVIOURS,
+    Hostile,
+    api_of,
+    forging_server,
+    leaked_pieces,
+)
 from tests.integration.hostile import hostile_server as serve_hostile
 from tests.support.servers import serve
 
@@ -111,7 +122,8 @@ async def test_redirects_are_not_followed(hostile: Hostile, name: str) -> None:
 @pytest.mark.parametrize("name", [n for n in ALL if "endless" in n])
 async def test_endless_streams_end_at_the_bound(hostile: Hostile, name: str) -> None:
     result = await send(hostile, name)
-    assert "more than" in result.error or "larger than its bound" in result.error
+    # Events, body or chunk framing (one chunk per write): whichever bound a read meets first.
+    assert "more than" in result.error or "larger than" in result.error, result.error
     # The server's writes fail once the client is gone: the stream was really cut.
     assert await eventually(lambda: hostile.disconnects[name] >= 1)
 
@@ -185,3 +197,76 @@ async def test_a_healthy_stream_is_not_held_up_by_hostile_ones(hostile: Hostile)
 def test_every_behaviour_has_an_expected_outcome() -> None:
     assert all(expected in {o.value for o in Outcome} for _, expected in ALL.values())
     assert aiohttp.__version__  # the refusal depends on per-request auto_decompress
+
+
+LEAKY_ERRORS = [*ERROR_TEXTS, "echo_key_401_base64"]
+
+
+@pytest.mark.parametrize("name", LEAKY_ERRORS)
+async def test_error_text_is_one_printable_line_without_the_key(
+    hostile: Hostile, name: str
+) -> None:
+    result = await send(hostile, name)
+    assert result.error.isprintable()
+    assert result.error == " ".join(result.error.split())
+    assert not leaked_pieces(KEY, result.error), result.error
+    assert not leaked_pieces(KEY, json.dumps(result_summary(result))), result.error
+    if name == "error_controls":  # the forged log line is only text inside this one
+        assert "[2J" not in result.error
+        assert FORGED_LOG_LINE in result.error
+
+
+@pytest.mark.parametrize("name", ["error_surrogate", "error_controls", "error_key_ansi"])
+@pytest.mark.parametrize("fmt", ["text", "json"])
+async def test_probe_command_prints_error_texts_safely(
+    hostile: Hostile, name: str, fmt: str
+) -> None:
+    """`llm-prober probe` once died of a lone surrogate (UnicodeEncodeError, exit 1) and
+    printed control characters raw."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "prober.cli", "probe", "--url", hostile.url(name), "--model", "m",
+        "--api-key-env", "LLMPROBER_TEST_HOSTILE_KEY", "--timeout", "5",
+        *(["--json"] if fmt == "json" else []),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "LLMPROBER_TEST_HOSTILE_KEY": KEY, "PYTHONIOENCODING": "utf-8"},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    text = out.decode()
+    assert proc.returncode == 1, err.decode()  # a failed probe
+    assert not err, err.decode()  # no traceback
+    assert all(line.isprintable() for line in text.splitlines()), text
+    assert "http_5xx" in text
+    assert not leaked_pieces(KEY, text), text
+
+
+async def test_an_event_of_many_lines_fails_at_its_line_bound(hostile: Hostile) -> None:
+    """500,000 `data:` lines in one event once grew ~45 MB and stalled the loop 314 ms."""
+    result = await send(hostile, "event_many_lines")
+    assert "data lines in one event" in result.error, result.error
+
+
+@pytest.mark.parametrize("name", ["huge_int_ignored", "huge_int_usage"])
+async def test_a_huge_integer_is_nonsense_not_a_failed_stream(hostile: Hostile, name: str) -> None:
+    result = await send(hostile, name)
+    assert result.outcome is Outcome.OK, result.error
+    if name == "huge_int_usage":  # the count is ignored: the events are counted instead
+        assert result.prompt_tokens is None
+        assert result.output_tokens == 2
+        assert "completion_tokens" in result.token_fallback
+    else:
+        assert result.prompt_tokens == 5
+
+
+async def test_a_forged_answer_between_exchanges_never_reaches_another_target() -> None:
+    """A second, unsolicited response left in a pooled connection was read by the next
+    request, to another target on the same host and port: `ok`, 777 tokens (really 5)."""
+    connections: list[int] = []
+    async with forging_server(connections) as base, client_session() as session:
+        results = []
+        for name in ("a", "b", "c"):
+            spec = RequestSpec(f"{base}/{name}/v1", Api.CHAT, "m", "hi", MAX_TOKENS, TIMEOUTS)
+            results.append(await stream_request(session, spec, time.perf_counter_ns()))
+            await asyncio.sleep(0.3)  # the forgery arrives while the connection is pooled
+    assert [r.output_tokens for r in results] == [5, 5, 5], [r.error for r in results]
+    assert all(r.ok for r in results)
+    assert len(connections) == 3  # each forgery closed its connection

@@ -25,6 +25,7 @@ from prober.result import MAX_COUNT, Outcome, RequestResult, TokenSource
 from prober.sse import LineSplitter, SSEParser, StreamError
 from prober.stream import MAX_SERVER_SECONDS, StreamState, max_events
 from prober.timings import Slo
+from tests.support.sse import sse
 
 
 # Numbers as a hostile server writes them: JSON text, so 1e400, NaN and 2**70 stay as sent.
@@ -45,8 +46,8 @@ FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "prompt_ms",
           "predicted_per_token_ms", "prompt_n")  # fmt: skip
 
 
-def sse(*objects: str) -> bytes:
-    return b"".join(b"data: " + o.encode() + b"\n\n" for o in objects)
+def events(*objects: str) -> bytes:
+    return b"".join(sse(o) for o in objects)
 
 
 def feed_all(state: StreamState, reader: SSEParser | LineSplitter, data: bytes) -> RequestResult:
@@ -90,7 +91,7 @@ def test_property_openai_numbers_are_bounded_and_record(values: dict[str, str]) 
         f'"timings": {{{raw_timings}}}}}'
     )
     token = json.dumps({"choices": [{"index": 0, "delta": {"content": "x"}}]})
-    r = feed_all(StreamState("r", ndjson=False), SSEParser(), sse(token, token, last, "[DONE]"))
+    r = feed_all(StreamState("r", ndjson=False), SSEParser(), events(token, token, last, "[DONE]"))
     assert r.outcome is Outcome.OK, r.error
     assert_bounded(r)
     assert_records(r)
@@ -139,7 +140,7 @@ def test_a_stream_past_its_event_bound_is_a_stream_error(max_tokens: int, ndjson
     limit = max_events(max_tokens)
     state = StreamState("r", ndjson=ndjson, event_limit=limit)
     reader: SSEParser | LineSplitter = LineSplitter() if ndjson else SSEParser()
-    one = b'{"message": {"content": "x"}}\n' if ndjson else sse('{"choices": []}')
+    one = b'{"message": {"content": "x"}}\n' if ndjson else events('{"choices": []}')
     state.feed(reader, one * limit, 1)  # exactly at the bound: fine
     with pytest.raises(StreamError, match=f"more than {limit} events"):
         state.feed(reader, one, 2)

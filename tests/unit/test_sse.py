@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEEvent, SSEParser, StreamError
+from prober.sse import (
+    DEFAULT_MAX_LINE_BYTES,
+    MAX_EVENT_LINES,
+    LineSplitter,
+    SSEEvent,
+    SSEParser,
+    StreamError,
+)
 
 
 def parse(chunks: Iterable[bytes], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[SSEEvent]:
@@ -288,7 +295,8 @@ def sse_streams(draw: st.DrawFn) -> tuple[bytes, list[SSEEvent]]:
         name = draw(st.none() | _line_text)
         if name is not None:
             lines.append("event: " + name)
-        data = draw(st.lists(_line_text, min_size=1, max_size=3))
+        # A first line `[DONE]` ends the stream by design (module docstring): not a data line.
+        data = draw(st.lists(_line_text, min_size=1, max_size=3).filter(lambda d: d[0] != "[DONE]"))
         lines += ["data: " + d for d in data]
         expected.append(SSEEvent("\n".join(data), name or ""))
         # The last event may end without its blank line: close() still dispatches it.
@@ -382,3 +390,57 @@ def test_property_line_splitter_arbitrary_bytes_raise_only_stream_error(
         splitter.close()
     except StreamError:
         pass
+
+
+# -- per-event bounds (issue 25, item 7) -----------------------------------------------------
+
+
+def test_an_event_of_many_data_lines_fails_at_the_line_bound() -> None:
+    """500,000 `data:` lines in one event (3 MB) once grew the pending event to ~45 MB of
+    list and stalled the loop 314 ms before its blank line; it now fails at the bound."""
+    parser = SSEParser()
+    body = b"data: {}\n" + b"data:\n" * 500_000 + b"\n"
+    reads = [body[at : at + 4096] for at in range(0, len(body), 4096)]
+    parser.feed(reads[0])  # 680 lines: within the bound
+    with pytest.raises(StreamError, match=f"more than {MAX_EVENT_LINES} data lines"):
+        parser.feed(reads[1])  # the read that crosses it, not the event's end (read 733)
+
+
+def test_an_event_larger_than_the_line_bound_fails_before_its_end() -> None:
+    parser = SSEParser(max_line_bytes=1000)
+    for _ in range(9):
+        parser.feed(b"data: " + b"x" * 100 + b"\n")
+    with pytest.raises(StreamError, match="event larger than 1000 bytes"):
+        parser.feed(b"data: " + b"x" * 100 + b"\n")
+
+
+def test_an_event_within_both_bounds_is_whole() -> None:
+    lines = [b"data: " + str(i).encode() for i in range(MAX_EVENT_LINES)]
+    [event] = parse([b"\n".join(lines) + b"\n\n"])
+    assert event.data.split("\n") == [str(i) for i in range(MAX_EVENT_LINES)]
+
+
+# -- a stream's line bound (round two: floods of keep-alive comments) -------------------------
+
+
+def test_a_flood_of_comments_fails_at_the_streams_line_bound() -> None:
+    """3 MiB of `: keep-alive` lines carry no event; parsing them cost 110 ms a request."""
+    parser = SSEParser(max_lines=100)
+    assert parser.feed(b": keep-alive\n" * 60) == []
+    with pytest.raises(StreamError, match="more than 100 lines in one stream"):
+        parser.feed(b": keep-alive\n" * 60)
+
+
+def test_every_line_counts_whole_events_too() -> None:
+    parser = SSEParser(max_lines=6)
+    assert len(parser.feed(b"data: 1\n\ndata: 2\n\n")) == 2  # the fast path: 2 lines each
+    assert len(parser.feed(b"event: x\ndata: 3\n")) == 0
+    with pytest.raises(StreamError, match="more than 6 lines"):
+        parser.feed(b"\n")
+
+
+def test_an_end_within_the_line_bound_ends_the_stream_whatever_follows() -> None:
+    parser = SSEParser(max_lines=10)
+    events = parser.feed(b": ka\n" * 8 + b"data: [DONE]\n" + b": ka\n" * 1000)
+    assert [e.data for e in events] == ["[DONE]"]
+    assert parser.feed(b": ka\n" * 1000) == []  # nothing after the end is parsed

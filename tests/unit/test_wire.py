@@ -129,6 +129,36 @@ async def test_every_read_stamp_is_an_arrival(monkeypatch: pytest.MonkeyPatch) -
     assert result.t_first_byte_ns in arrivals
 
 
+async def test_no_empty_read_is_fed_to_the_parser_while_nothing_is_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiohttp's body buffer resumes its protocol for every chunk taken below its low-water
+    mark: unpaused, that fed the parser an empty read per token. A stream of 40 tokens
+    never fills the buffer, so no empty read may reach `data_received`."""
+    empty = [0]
+    original = ArrivalStampingHandler.data_received
+
+    def counting(self: ArrivalStampingHandler, data: bytes) -> None:
+        empty[0] += not data
+        original(self, data)
+
+    monkeypatch.setattr(ArrivalStampingHandler, "data_received", counting)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = await start_stream(request)
+        for _ in range(40):
+            await resp.write(chunk({"content": "a"}))
+            await asyncio.sleep(0.001)
+        await resp.write(chunk({}, "stop") + sse("[DONE]"))
+        return resp
+
+    async with serve(handler) as url, request_session(aiohttp.TCPConnector()) as session:
+        result = await stream_request(session, RequestSpec(url, Api.CHAT, "m", "hi", 64), 0)
+    assert result.ok, result.error
+    assert result.output_tokens == 40
+    assert empty[0] == 0
+
+
 async def test_a_plain_session_still_stamps_reads() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = await start_stream(request)
