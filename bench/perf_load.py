@@ -53,8 +53,8 @@ async def _drive(
 ) -> dict[str, object]:
     from prometheus_client import CollectorRegistry
 
-    from prober.capacity import TargetCapacity
-    from prober.estimate import OwnLoad
+    from prober.capacity.own import OwnLoad
+    from prober.capacity.target import TargetCapacity
     from prober.load import LoadDriver
     from prober.metrics import Metrics
     from prober.record import Recorder

@@ -1,10 +1,13 @@
 """Open-loop background load for one target, on an absolute schedule.
 
-Arrivals come from `arrivals.arrival_offsets`; each request runs as its own task and the
-generator never waits for it. Latency counts from the scheduled instant (`t_sched`), so the
-client's own lateness shows up as dispatch lag and inside TTFT instead of hiding. An arrival
-that would exceed `max_in_flight` is not sent and is counted as dropped: memory stays bounded
-however far the server falls behind.
+Arrivals come from `requests()`: the configured rate, rate schedule or trace as a seeded
+stream of `workload.Request`s (offset from the start, lengths, shared prefix), drawn in
+arrival order, so the same seed gives the same requests whatever the server does and
+whatever the cap drops. Each request runs as its own task and the generator never waits for
+it. Latency counts from the scheduled instant (`t_sched`), so the client's own lateness
+shows up as dispatch lag and inside TTFT instead of hiding. An arrival that would exceed
+`max_in_flight` is not sent and is counted as dropped: memory stays bounded however far the
+server falls behind.
 
 Each finished request, a cancelled one too, goes to the `Recorder` (metrics and the target's
 capacity) and then to `on_result` (the bench's own collection). `own_load` is the live count of
@@ -16,22 +19,67 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 
-from prober.arrivals import arrival_offsets
-from prober.estimate import OwnLoad
+from prober.arrivals import RateClock, arrival_offsets, scheduled_offsets
+from prober.capacity.own import OwnLoad
+from prober.loadconfig import LoadConfig
 from prober.logs import get_logger
 from prober.prompts import PromptBuilder
 from prober.record import Mode, Recorder, cancelled
 from prober.result import RequestResult
 from prober.runtime import start_now
-from prober.settings import LoadConfig
-from prober.targets import Target, spread
+from prober.settings import TargetConfig
+from prober.targets import Target
+from prober.workload import Request, TraceError, replay
 
 log = get_logger("prober.load")
 LoadHook = Callable[[RequestResult], None]
+Shard = tuple[int, int]  # (index, count) of this replica
+# Overdue arrivals dispatched back to back before the loop gets a turn (a trace's burst of
+# simultaneous lines, or a loop that stalled): other targets' reads and stamps go on.
+_YIELD_EVERY = 256
+
+
+def requests(
+    cfg: LoadConfig, target: TargetConfig, *, rate: float | None = None, shard: Shard = (0, 1)
+) -> Iterator[Request]:
+    """The load's arrivals for this replica, in order, without end unless a schedule or trace
+    ends. `rate` replaces the configured source with arrivals at that mean rate (the
+    configured law and lengths); a replica of `count` sends 1/count of the load (a trace: every
+    count-th line)."""
+    count = shard[1]
+    if cfg.trace is not None and rate is None:
+        yield from replay(cfg.trace.replay(rate=cfg.rate, seed=cfg.seed, shard=shard))
+        return
+    k = cfg.burstiness or 1.0
+    if rate is None and cfg.schedule is not None:
+        steps = [(seconds, r / count) for seconds, r in cfg.schedule.pairs()]
+        offsets = scheduled_offsets(
+            cfg.arrival, steps, loop=cfg.schedule.loop, seed=cfg.seed, burstiness=k
+        )
+    else:
+        offsets = arrival_offsets(
+            cfg.arrival, rate or (cfg.rate or 0) / count, cfg.seed, burstiness=k
+        )
+    prompt = cfg.prompt_lengths(target.prompt_tokens).sampler()
+    answer = cfg.answer_lengths(target.max_tokens).sampler()
+    # Not the arrivals' generator: lengths drawn from the same stream as the gaps would be
+    # correlated with them.
+    rng = random.Random(None if cfg.seed is None else f"lengths:{cfg.seed}")
+    for offset in offsets:
+        yield Request(offset, prompt.draw(rng), answer.draw(rng))
+
+
+def mean_rate(cfg: LoadConfig, shard: Shard = (0, 1)) -> float:
+    """Arrivals per second this replica's load sends on average."""
+    if cfg.trace is not None:
+        return cfg.trace.replay(rate=cfg.rate, seed=cfg.seed, shard=shard).mean_rate
+    if cfg.schedule is not None:
+        return RateClock(cfg.schedule.pairs(), loop=True).mean_rate / shard[1]
+    return (cfg.rate or 0.0) / shard[1]
 
 
 class LoadDriver:
@@ -42,21 +90,28 @@ class LoadDriver:
         session: aiohttp.ClientSession,
         target: Target,
         cfg: LoadConfig,
-        recorder: Recorder | None,
+        recorder: Recorder,
         *,
         rate: float | None = None,
         on_result: LoadHook | None = None,
         prompts: PromptBuilder | None = None,
         own_load: OwnLoad | None = None,
+        shard: Shard = (0, 1),
+        clock: Callable[[], int] = time.perf_counter_ns,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """`rate`: arrivals at this mean rate instead of the configured rate, schedule or
+        trace (as `set_rate`); `shard`: this replica's (index, count); `clock` (monotonic
+        ns) and `sleep` are the loop's unless a test injects its own."""
         self._session = session
         self._target = target
         self._cfg = cfg
         self._recorder = recorder
-        self._metrics = None if recorder is None else recorder.metrics
-        self.rate = cfg.rate if rate is None else rate
+        self._fixed_rate = rate
+        self._shard = shard
+        self.rate = mean_rate(cfg, shard) if rate is None else rate
         self._on_result = on_result
-        self._rng = random.Random(cfg.seed)
+        self._clock, self._sleep = clock, sleep
         # The seed fixes the arrival schedule and lengths, never the cache-busting prefixes: a
         # restarted run must not resend prompts that the engine's prefix cache still holds.
         self._prompts = prompts or PromptBuilder(cache_bust=target.config.cache_bust)
@@ -67,10 +122,9 @@ class LoadDriver:
         self.dropped = 0
 
     def start(self) -> None:
-        if self._metrics is not None:
-            labels = self._target.labels
-            self._metrics.load_target_rate.labels(labels.target, labels.model).set(self.rate)
-        if self.rate > 0:
+        self._recorder.load_started(self._target, self.rate)
+        # A configured source always has arrivals (a lone-instant trace has a mean rate of 0).
+        if self._fixed_rate is None or self._fixed_rate > 0:
             self._runner = asyncio.create_task(self._run(), name=f"load:{self._target.name}")
 
     async def set_rate(self, rate: float) -> None:
@@ -82,8 +136,13 @@ class LoadDriver:
         if rate < 0:
             raise ValueError(f"rate must not be negative, got {rate}")
         await self._halt_arrivals()
-        self.rate = rate
+        self.rate = self._fixed_rate = rate
         self.start()
+
+    async def arrivals_done(self) -> None:
+        """Wait until the arrivals end: a schedule or trace that does not loop ran out."""
+        if self._runner is not None:
+            await asyncio.wait({self._runner})  # returns, never raises, if it is cancelled
 
     async def _halt_arrivals(self) -> None:
         if self._runner is not None:
@@ -101,40 +160,44 @@ class LoadDriver:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _run(self) -> None:
-        start_ns = time.perf_counter_ns()
+        start_ns = self._clock()
         cap = self._cfg.max_in_flight
-        for offset in arrival_offsets(self._cfg.arrival, self.rate, self._cfg.seed):
-            t_sched_ns = start_ns + int(offset * 1e9)
-            delay = (t_sched_ns - time.perf_counter_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
-            # Count tasks, not `own_load`: a task only counts itself there once it runs, and
-            # arrivals that fall due together (a stalled loop) are all dispatched before any runs.
-            if len(self._tasks) >= cap:
-                self._drop()
-                continue
-            task = start_now(self._one(t_sched_ns))  # dispatch lag counts until it runs
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        arrivals = requests(
+            self._cfg, self._target.config, rate=self._fixed_rate, shard=self._shard
+        )
+        unslept = 0
+        try:
+            for request in arrivals:
+                t_sched_ns = start_ns + int(request.offset * 1e9)
+                delay = (t_sched_ns - self._clock()) / 1e9
+                if delay > 0:
+                    await self._sleep(delay)
+                    unslept = 0
+                elif (unslept := unslept + 1) % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # a burst falling due at once never starves the loop
+                # Count tasks, not `own_load`: a task only counts itself there once it runs,
+                # and arrivals that fall due together (a stalled loop) are all dispatched
+                # before any runs.
+                if len(self._tasks) >= cap:
+                    self._drop()
+                    continue
+                # Dispatch lag counts until the task runs.
+                task = start_now(self._one(t_sched_ns, request))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except TraceError as exc:  # the file changed since it was checked: the load ends here
+            log.error("load_trace_failed", target=self._target.name, error=str(exc))
 
     def _drop(self) -> None:
         self.dropped += 1
-        if self._metrics is not None:
-            labels = self._target.labels
-            self._metrics.load_dropped.labels(labels.target, labels.model).inc()
+        self._recorder.load_dropped(self._target)
 
-    async def _one(self, t_sched_ns: int) -> None:
-        cfg, target = self._cfg, self._target
-        prompt_tokens = spread(
-            self._rng, cfg.prompt_tokens or target.config.prompt_tokens, cfg.prompt_tokens_spread
-        )
-        max_tokens = spread(
-            self._rng, cfg.max_tokens or target.config.max_tokens, cfg.max_tokens_spread
-        )
+    async def _one(self, t_sched_ns: int, request: Request) -> None:
+        target = self._target
         own = self.own_load
         own.sent()
         self.sent += 1
-        self._gauge(1)
+        self._recorder.load_in_flight(target, 1)
         first_token_seen = False
 
         def first_token() -> None:
@@ -147,8 +210,9 @@ class LoadDriver:
             result = await target.send(
                 self._session,
                 t_sched_ns,
-                prompt_tokens=prompt_tokens,
-                max_tokens=max_tokens,
+                prompt_tokens=request.prompt_tokens,
+                max_tokens=request.max_tokens,
+                prefix=request.prefix,
                 prompts=self._prompts,
                 on_first_token=first_token,
             )
@@ -157,17 +221,11 @@ class LoadDriver:
             raise
         finally:
             own.finished(had_first_token=first_token_seen)
-            self._gauge(-1)
+            self._recorder.load_in_flight(target, -1)
             if result is not None:
                 self._record(result)
 
-    def _gauge(self, delta: int) -> None:
-        if self._metrics is not None:
-            labels = self._target.labels
-            self._metrics.load_in_flight.labels(labels.target, labels.model).inc(delta)
-
     def _record(self, result: RequestResult) -> None:
-        if self._recorder is not None:
-            self._recorder.record(self._target, result, Mode.LOAD)
+        self._recorder.record(self._target, result, Mode.LOAD)
         if self._on_result is not None:
             self._on_result(result)

@@ -64,17 +64,29 @@ async def _warm(prom: prometheus.Client, query: str, seconds: float) -> None:
 
 async def _traffic(setup: Setup, fleet: Fleet, work: Path) -> asyncio.subprocess.Process:
     spec = {
-        "trace": [asdict(s) for s in setup.trace.segments], "capacity": setup.capacity,
-        "prompt_tokens": setup.engine.prompt_tokens, "max_tokens": setup.engine.max_tokens,
-        "endpoints": str(fleet.endpoints), "out": str(work / "requests.jsonl"),
-        "seed": setup.seed, "timeout": setup.user_timeout,
+        "trace": [asdict(s) for s in setup.trace.segments],
+        "replay": setup.trace.replay,
+        "replay_seconds": setup.trace.replay_seconds,
+        "output_scale": 1.0 / setup.factor,
+        "capacity": setup.capacity,
+        "prompt_tokens": setup.engine.prompt_tokens,
+        "max_tokens": setup.engine.max_tokens,
+        "endpoints": str(fleet.endpoints),
+        "out": str(work / "requests.jsonl"),
+        "seed": setup.seed,
+        "timeout": setup.user_timeout,
         "endpoints_refresh": 1.0 / setup.factor,
-    }  # fmt: skip
+    }
     (work / "traffic.json").write_text(json.dumps(spec))
     with (work / "traffic.log").open("ab") as log:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "prober.autoscale.traffic", str(work / "traffic.json"),
-            stdout=log, stderr=log)  # fmt: skip
+            sys.executable,
+            "-m",
+            "prober.autoscale.traffic",
+            str(work / "traffic.json"),
+            stdout=log,
+            stderr=log,
+        )
 
 
 async def _apply(fleet: Fleet, new: int, now: float) -> None:
@@ -89,9 +101,15 @@ async def _sample(prom: prometheus.Client, query: str) -> float | None:
     return await prom.scalar(f"{query} or vector(0)")
 
 
-async def _control(setup: Setup, policy: Policy, fleet: Fleet, prom: prometheus.Client,
-                   session: aiohttp.ClientSession, traffic: asyncio.subprocess.Process,
-                   t0: float) -> list[dict[str, Any]]:  # fmt: skip
+async def _control(
+    setup: Setup,
+    policy: Policy,
+    fleet: Fleet,
+    prom: prometheus.Client,
+    session: aiohttp.ClientSession,
+    traffic: asyncio.subprocess.Process,
+    t0: float,
+) -> list[dict[str, Any]]:
     hpa = Hpa(policy.behavior, policy.min_replicas, policy.max_replicas)
     spec = len(fleet.live)
     # A deployment already running at `spec`: a fresh HPA would scale it in at once.
@@ -106,18 +124,25 @@ async def _control(setup: Setup, policy: Policy, fleet: Fleet, prom: prometheus.
         status, ready = len(fleet.live), fleet.ready_count()
         wanted = {
             t.name: desired_for_metric(t.kind, v, t.threshold, status, max(1, ready))
-            for t in policy.triggers if (v := values[t.name]) is not None
-        }  # fmt: skip
+            for t in policy.triggers
+            if (v := values[t.name]) is not None
+        }
         # The HPA keeps the count when a metric is missing (KEDA reports the scaler failing).
         if len(wanted) == len(policy.triggers):
             spec = hpa.decide(now - t0, spec, max(wanted.values()))
             await _apply(fleet, spec, now)
-        samples.append({
-            "t": now - t0, "spec": spec, "status": status, "ready": ready,
-            "metrics": values, "desired": wanted,
-            "waiting": await _sample(prom, "sum(vllm:num_requests_waiting)"),
-            "running": await _sample(prom, "sum(vllm:num_requests_running)"),
-        })  # fmt: skip
+        samples.append(
+            {
+                "t": now - t0,
+                "spec": spec,
+                "status": status,
+                "ready": ready,
+                "metrics": values,
+                "desired": wanted,
+                "waiting": await _sample(prom, "sum(vllm:num_requests_waiting)"),
+                "running": await _sample(prom, "sum(vllm:num_requests_running)"),
+            }
+        )
         tick += 1
         await asyncio.sleep(max(0.0, t0 + tick * setup.sync - time.monotonic()))
     return samples
@@ -173,5 +198,10 @@ async def run_policy(setup: Setup, policy: Policy, work: Path) -> dict[str, Any]
         await fleet.close()
     records = [json.loads(line) for line in (work / "requests.jsonl").read_text().splitlines()]
     lifetimes = [(r.created - t0, (r.stopped or end) - t0) for r in fleet.replicas]
-    return {"policy": policy.name, "samples": samples, "requests": records,
-            "replicas": lifetimes, "duration": setup.trace.seconds}  # fmt: skip
+    return {
+        "policy": policy.name,
+        "samples": samples,
+        "requests": records,
+        "replicas": lifetimes,
+        "duration": setup.trace.seconds,
+    }

@@ -44,10 +44,20 @@ class Engine:
     slo_ttft: float
 
     def sim_args(self) -> list[str]:
-        return ["--slots", str(self.slots), "--prefill-tps", repr(self.prefill_tps),
-                "--prefill-base", repr(self.prefill_base), "--decode-step",
-                repr(self.decode_step), "--decode-slowdown", repr(self.decode_slowdown),
-                "--max-tokens", str(self.max_tokens)]  # fmt: skip
+        return [
+            "--slots",
+            str(self.slots),
+            "--prefill-tps",
+            repr(self.prefill_tps),
+            "--prefill-base",
+            repr(self.prefill_base),
+            "--decode-step",
+            repr(self.decode_step),
+            "--decode-slowdown",
+            repr(self.decode_slowdown),
+            "--max-tokens",
+            str(self.max_tokens),
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +70,23 @@ class Sidecar:
 
     def config(self, engine: Engine, sim: str, listen: str) -> dict[str, Any]:
         target: dict[str, Any] = {
-            "name": "vllm", "url": f"{sim}/v1", "model": "sim",
-            "interval_seconds": self.interval, "jitter_seconds": self.interval / 10,
-            "prompt_tokens": engine.prompt_tokens, "max_tokens": engine.max_tokens,
+            "name": "vllm",
+            "url": f"{sim}/v1",
+            "model": "sim",
+            "interval_seconds": self.interval,
+            "jitter_seconds": self.interval / 10,
+            "prompt_tokens": engine.prompt_tokens,
+            "max_tokens": engine.max_tokens,
             "slots": engine.slots,
-            "traffic": {"prompt_tokens": engine.prompt_tokens,
-                        "output_tokens": engine.max_tokens},
+            "traffic": {"prompt_tokens": engine.prompt_tokens, "output_tokens": engine.max_tokens},
             "slo": {"ttft_seconds": engine.slo_ttft, "tpot_seconds": 60.0},
-            "timeouts": {"connect_seconds": 2.0, "first_token_seconds": 30.0,
-                         "idle_seconds": 30.0, "total_seconds": 60.0},
-        }  # fmt: skip
+            "timeouts": {
+                "connect_seconds": 2.0,
+                "first_token_seconds": 30.0,
+                "idle_seconds": 30.0,
+                "total_seconds": 60.0,
+            },
+        }
         if self.server_truth:
             target["metrics_url"] = f"{sim}/metrics"
             target["metrics_interval_seconds"] = self.metrics_interval
@@ -99,8 +116,9 @@ class Replica:
 class Fleet:
     """Creates, readies and removes replicas; writes the endpoints and file_sd files."""
 
-    def __init__(self, work: Path, engine: Engine, sidecar: Sidecar, startup: float,
-                 grace: float) -> None:  # fmt: skip
+    def __init__(
+        self, work: Path, engine: Engine, sidecar: Sidecar, startup: float, grace: float
+    ) -> None:
         self.work, self.engine, self.sidecar = work, engine, sidecar
         self.startup, self.grace = startup, grace
         self.replicas: list[Replica] = []  # every replica ever created, in order
@@ -120,19 +138,34 @@ class Fleet:
         return sum(r.ready for r in self.live)
 
     async def create(self, now: float, *, warm: bool = False) -> Replica:
-        r = Replica(len(self.replicas), free_port(), free_port(), now,
-                    now if warm else now + self.startup)  # fmt: skip
+        r = Replica(
+            len(self.replicas), free_port(), free_port(), now, now if warm else now + self.startup
+        )
         cfg = self.work / f"prober-{r.index}.yml"
         listen = f"127.0.0.1:{r.prober_port}"
         cfg.write_text(yaml.safe_dump(self.sidecar.config(self.engine, r.sim, listen)))
         py = sys.executable
         with (self.work / f"replica-{r.index}.log").open("ab") as log:
-            r.procs.append(await asyncio.create_subprocess_exec(
-                py, "-m", "prober.cli", "sim", "--host", "127.0.0.1", "--port", str(r.sim_port),
-                *self.engine.sim_args(), stdout=log, stderr=log))  # fmt: skip
-            r.procs.append(await asyncio.create_subprocess_exec(
-                py, "-m", "prober.cli", "run", "--config", str(cfg),
-                stdout=log, stderr=log))  # fmt: skip
+            r.procs.append(
+                await asyncio.create_subprocess_exec(
+                    py,
+                    "-m",
+                    "prober.cli",
+                    "sim",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(r.sim_port),
+                    *self.engine.sim_args(),
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+            r.procs.append(
+                await asyncio.create_subprocess_exec(
+                    py, "-m", "prober.cli", "run", "--config", str(cfg), stdout=log, stderr=log
+                )
+            )
         self.replicas.append(r)
         return r
 
@@ -179,10 +212,14 @@ class Fleet:
     def _publish(self) -> None:
         ready = [r for r in self.live if r.ready]
         _atomic(self.endpoints, "".join(f"{r.sim}\n" for r in ready))
-        probers = [{"targets": [f"127.0.0.1:{r.prober_port}"],
-                    "labels": {"replica": str(r.index)}} for r in ready]  # fmt: skip
-        engines = [{"targets": [f"127.0.0.1:{r.sim_port}"],
-                    "labels": {"replica": str(r.index)}} for r in ready]  # fmt: skip
+        probers = [
+            {"targets": [f"127.0.0.1:{r.prober_port}"], "labels": {"replica": str(r.index)}}
+            for r in ready
+        ]
+        engines = [
+            {"targets": [f"127.0.0.1:{r.sim_port}"], "labels": {"replica": str(r.index)}}
+            for r in ready
+        ]
         _atomic(self.sd_probers, json.dumps(probers))
         _atomic(self.sd_engines, json.dumps(engines))
 

@@ -116,8 +116,7 @@ class Hpa:
                 up = min(up, rec)
             if at > down_cut:
                 down = max(down, rec)
-        keep = max(self.behavior.up.stabilization_seconds,
-                   self.behavior.down.stabilization_seconds)  # fmt: skip
+        keep = max(self.behavior.up.stabilization_seconds, self.behavior.down.stabilization_seconds)
         self._recommendations = [(t, r) for t, r in self._recommendations if t > now - keep]
         self._recommendations.append((now, desired))
         return min(max(current, up), down)

@@ -33,6 +33,7 @@ from prober.autoscale.policy import (
 from prober.autoscale.trace import TRACES
 from prober.bench import BenchConfig, measure
 from prober.bench.keda import Budgets, derive, header, scaled_object
+from prober.loadconfig import LengthConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules" / "llm-prober.rules.yml"
@@ -40,21 +41,41 @@ POLICIES = ("gpu-util", "queue", "ttft-p95", "saturation", "shipped")
 
 # The engine profile, compressed 10x (docs/autoscaling.md, "The closed loop"): a vLLM-like
 # replica with 16 slots; 16 output tokens of 20 ms stand for 160 real tokens of 20 ms.
-ENGINE = Engine(slots=16, prefill_tps=400_000.0, prefill_base=0.0005, decode_step=0.02,
-                decode_slowdown=0.015, max_tokens=16, prompt_tokens=512, slo_ttft=0.2)  # fmt: skip
+ENGINE = Engine(
+    slots=16,
+    prefill_tps=400_000.0,
+    prefill_base=0.0005,
+    decode_step=0.02,
+    decode_slowdown=0.015,
+    max_tokens=16,
+    prompt_tokens=512,
+    slo_ttft=0.2,
+)
 FACTOR = 10.0
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench/autoscale.py", description=__doc__.split("\n")[0])
-    p.add_argument("--policies", default=",".join(POLICIES),
-                   help=f"comma-separated, of {', '.join(POLICIES)}")  # fmt: skip
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="trace length factor (1.0: 30 real minutes, 3 compressed)")  # fmt: skip
-    p.add_argument("--trace", choices=sorted(TRACES), default="standard",
-                   help="standard: 30 real minutes; short: 12, up to the step")  # fmt: skip
-    p.add_argument("--no-metrics-url", action="store_true",
-                   help="sidecars probe only: the rules run on the client estimate")  # fmt: skip
+    p.add_argument(
+        "--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}"
+    )
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="trace length factor (1.0: 30 real minutes, 3 compressed)",
+    )
+    p.add_argument(
+        "--trace",
+        choices=sorted(TRACES),
+        default="standard",
+        help="standard: 30 real minutes; short: 12, up to the step",
+    )
+    p.add_argument(
+        "--no-metrics-url",
+        action="store_true",
+        help="sidecars probe only: the rules run on the client estimate",
+    )
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--out", type=Path, default=Path("autoscale-out"))
     p.add_argument("--prometheus-bin", type=Path, default=_default_prometheus())
@@ -71,19 +92,29 @@ async def measure_replica(engine: Engine) -> dict[str, Any]:
     """`llm-prober bench` (closed loop) against one replica of the profile."""
     from prober.sim import SimConfig, bound_port, serve
 
-    cfg = SimConfig(slots=engine.slots, prefill_tokens_per_second=engine.prefill_tps,
-                    prefill_base_seconds=engine.prefill_base,
-                    decode_step_seconds=engine.decode_step,
-                    decode_slowdown=engine.decode_slowdown,
-                    default_max_tokens=engine.max_tokens)  # fmt: skip
+    cfg = SimConfig(
+        slots=engine.slots,
+        prefill_tokens_per_second=engine.prefill_tps,
+        prefill_base_seconds=engine.prefill_base,
+        decode_step_seconds=engine.decode_step,
+        decode_slowdown=engine.decode_slowdown,
+        default_max_tokens=engine.max_tokens,
+    )
     runner = await serve(cfg, "127.0.0.1", 0)
     try:
         s = engine.slots
         levels = tuple(sorted({1, max(1, s // 4), max(1, s // 2), s, s + s // 2, 2 * s}))
-        bench = BenchConfig(url=f"http://127.0.0.1:{bound_port(runner)}/v1", model="sim",
-                            levels=levels, num_requests=6 * s, input_len=engine.prompt_tokens,
-                            output_len=engine.max_tokens, slo_ttft_seconds=engine.slo_ttft,
-                            slo_tpot_seconds=60.0, seed=1)  # fmt: skip
+        bench = BenchConfig(
+            url=f"http://127.0.0.1:{bound_port(runner)}/v1",
+            model="sim",
+            levels=levels,
+            num_requests=6 * s,
+            input_len=LengthConfig.fixed(engine.prompt_tokens),
+            output_len=LengthConfig.fixed(engine.max_tokens),
+            slo_ttft_seconds=engine.slo_ttft,
+            slo_tpot_seconds=60.0,
+            seed=1,
+        )
         return await measure(bench)
     finally:
         await runner.cleanup()
@@ -92,15 +123,23 @@ async def measure_replica(engine: Engine) -> dict[str, Any]:
 def setup_for(args: argparse.Namespace, budgets: Budgets) -> Setup:
     f = FACTOR
     return Setup(
-        factor=f, engine=ENGINE,
-        sidecar=Sidecar(interval=10.0 / f, metrics_interval=5.0 / f,
-                        server_truth=not args.no_metrics_url),
-        startup=120.0 / f, sync=15.0 / f, warmup=60.0 / f,
+        factor=f,
+        engine=ENGINE,
+        sidecar=Sidecar(
+            interval=10.0 / f, metrics_interval=5.0 / f, server_truth=not args.no_metrics_url
+        ),
+        startup=120.0 / f,
+        sync=15.0 / f,
+        warmup=60.0 / f,
         trace=TRACES[getattr(args, "trace", "standard")](args.scale).compressed(f),
         capacity=budgets.drain_rps,
-        prometheus_bin=args.prometheus_bin, rules=RULES, seed=args.seed, grace=120.0 / f,
-        initial=2, user_timeout=60.0 / f,
-    )  # fmt: skip
+        prometheus_bin=args.prometheus_bin,
+        rules=RULES,
+        seed=args.seed,
+        grace=120.0 / f,
+        initial=2,
+        user_timeout=60.0 / f,
+    )
 
 
 async def experiment(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -111,8 +150,9 @@ async def experiment(args: argparse.Namespace) -> list[dict[str, Any]]:
     doc = scaled_object(budgets, name="vllm", target="vllm")
     (out / "keda-scaledobject.yaml").write_text(header(budgets) + yaml.safe_dump(doc))
     shipped = from_scaled_object(doc, FACTOR)
-    chosen = by_name(standard_policies(shipped, saturation_trigger(budgets.saturation)),
-                     args.policies.split(","))  # fmt: skip
+    chosen = by_name(
+        standard_policies(shipped, saturation_trigger(budgets.saturation)), args.policies.split(",")
+    )
     setup = setup_for(args, budgets)
     rows, runs = [], []
     for policy in chosen:
@@ -122,11 +162,15 @@ async def experiment(args: argparse.Namespace) -> list[dict[str, Any]]:
         (work / "run.json").write_text(json.dumps(run))
         rows.append(report.summarize(run, setup.trace, ENGINE.slo_ttft, FACTOR))
         runs.append(run)
-        print(report.table(rows[-1:]), end="", flush=True)
-    summary = {"budgets": budgets.as_json(), "factor": FACTOR, "rows": rows,
-               "server_truth": not args.no_metrics_url}  # fmt: skip
+        print(report.table(rows[-1:], setup.trace), end="", flush=True)
+    summary = {
+        "budgets": budgets.as_json(),
+        "factor": FACTOR,
+        "rows": rows,
+        "server_truth": not args.no_metrics_url,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "table.md").write_text(report.table(rows))
+    (out / "table.md").write_text(report.table(rows, setup.trace))
     if report.plot(runs, setup.trace, ENGINE.slo_ttft, FACTOR, out / "autoscale.png") is None:
         print("autoscale: no plots: pip install 'llm-prober[bench]'", file=sys.stderr)
     return rows
@@ -146,10 +190,12 @@ async def _stoppable(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not args.prometheus_bin.exists():
-        print(f"autoscale: no Prometheus at {args.prometheus_bin} (PROMETHEUS_BIN)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"autoscale: no Prometheus at {args.prometheus_bin} (PROMETHEUS_BIN)", file=sys.stderr
+        )
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     rows = asyncio.run(_stoppable(args))
-    print(report.table(rows), end="")
+    trace = TRACES[getattr(args, "trace", "standard")](args.scale)
+    print(report.table(rows, trace), end="")
     return 0

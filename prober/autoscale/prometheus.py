@@ -55,8 +55,13 @@ def config(work: Path, rules: Path, factor: float, sd: dict[str, Path]) -> Path:
 async def start(binary: Path, cfg: Path, work: Path, port: int) -> asyncio.subprocess.Process:
     log = (work / "prometheus.log").open("ab")
     proc = await asyncio.create_subprocess_exec(
-        str(binary), f"--config.file={cfg}", f"--storage.tsdb.path={work / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}", stdout=log, stderr=log)  # fmt: skip
+        str(binary),
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={work / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        stdout=log,
+        stderr=log,
+    )
     log.close()
     return proc
 
@@ -83,14 +88,21 @@ class Client:
         async with self._session.get(f"{self._url}/api/v1/rules") as r:
             body = await r.json()
         groups: list[dict[str, Any]] = body["data"]["groups"]
-        return [f"{rule['name']}: {rule.get('lastError')}" for g in groups
-                for rule in g["rules"] if rule.get("health") == "err"]  # fmt: skip
+        return [
+            f"{rule['name']}: {rule.get('lastError')}"
+            for g in groups
+            for rule in g["rules"]
+            if rule.get("health") == "err"
+        ]
 
     async def scalar(self, query: str) -> float | None:
         """The query's first value (KEDA reads the first sample); None on error or no data."""
         try:
-            async with self._session.get(f"{self._url}/api/v1/query", params={"query": query},
-                                         timeout=aiohttp.ClientTimeout(total=2)) as r:  # fmt: skip
+            async with self._session.get(
+                f"{self._url}/api/v1/query",
+                params={"query": query},
+                timeout=aiohttp.ClientTimeout(total=2),
+            ) as r:
                 body = await r.json()
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             return None

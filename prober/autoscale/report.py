@@ -1,4 +1,4 @@
-"""Figures of closed-loop runs: goodput, cost, recovery after the step, series and plots.
+"""Figures of closed-loop runs: goodput, cost, recovery after a phase, series and plots.
 
 Definitions (docs/autoscaling.md states them):
 
@@ -7,9 +7,10 @@ Definitions (docs/autoscaling.md states them):
   good / all requests *scheduled* in it;
 - cost is replica-seconds: every replica from its creation (weights loading included) to its
   stop, clipped to the trace, multiplied by the time factor to read in real seconds;
-- recovery after the step: the trace's step phase is cut into bins of `bin_real` real
-  seconds; the time from the step's start to the end of the last bin whose TTFT p95 is over
-  the SLO (0 when none is; None when the last bin of the step still is: not met again);
+- recovery after a phase starts (the trace's `recovery_phase`: the standard trace's step,
+  the diurnal trace's first midday): the phase is cut into bins of `bin_real` real seconds;
+  the time from its start to the end of the last bin whose TTFT p95 is over the SLO (0 when
+  none is; None when its last bin still is: not met again);
 - series for the plots: per bin, the users' TTFT p95 and the controller's samples.
 """
 
@@ -39,8 +40,9 @@ def replica_seconds(lifetimes: Sequence[tuple[float, float]], start: float, end:
     return sum(max(0.0, min(b, end) - max(a, start)) for a, b in lifetimes)
 
 
-def ttft_p95_bins(records: Sequence[Record], start: float, end: float,
-                  width: float) -> list[tuple[float, float | None]]:  # fmt: skip
+def ttft_p95_bins(
+    records: Sequence[Record], start: float, end: float, width: float
+) -> list[tuple[float, float | None]]:
     """(bin start, TTFT p95) over [start, end); unanswered requests count as infinitely late."""
     count = max(1, math.ceil((end - start) / width - 1e-9))
     bins: list[list[float]] = [[] for _ in range(count)]
@@ -60,10 +62,12 @@ def _late(p95: float | None) -> float | None:
     return math.inf if p95 is not None and p95 >= _NEVER else p95
 
 
-def recovery(records: Sequence[Record], trace: Trace, slo: float, width: float,
-             phase: str = "step") -> float | None:  # fmt: skip
-    """Seconds (compressed) from the phase's start until its TTFT p95 stays within the SLO."""
-    start, end = trace.phase(phase)
+def recovery(
+    records: Sequence[Record], trace: Trace, slo: float, width: float, phase: str | None = None
+) -> float | None:
+    """Seconds (compressed) from the phase's start (the trace's `recovery_phase` unless named)
+    until its TTFT p95 stays within the SLO."""
+    start, end = trace.phase(phase or trace.recovery_phase)
     bins = ttft_p95_bins(records, start, end, width)
     over = [i for i, (_, p95) in enumerate(bins) if p95 is not None and p95 > slo]
     if not over:
@@ -73,30 +77,43 @@ def recovery(records: Sequence[Record], trace: Trace, slo: float, width: float,
     return min(end, bins[over[-1]][0] + width) - start
 
 
-def summarize(run: dict[str, Any], trace: Trace, slo: float, factor: float,
-              bin_real: float = 30.0) -> dict[str, Any]:  # fmt: skip
+def summarize(
+    run: dict[str, Any], trace: Trace, slo: float, factor: float, bin_real: float = 30.0
+) -> dict[str, Any]:
     """One policy's row: goodput overall and per phase, cost, recovery, peak replicas."""
     records, end = run["requests"], trace.seconds
-    phases = {s.name: trace.phase(s.name) for s in trace.segments}
+    # A phase is every run of segments of its name (the diurnal trace's bursts are four).
+    phases = {s.name: trace.spans(s.name) for s in trace.segments}
     cost = replica_seconds(run["replicas"], 0.0, end) * factor
     rec = recovery(records, trace, slo, bin_real / factor)
     samples = run["samples"]
+
+    def inside(t: float, spans: list[tuple[float, float]]) -> bool:
+        return any(a <= t < b for a, b in spans)
+
+    def good(spans: list[tuple[float, float]]) -> float | None:
+        chosen = [r for r in records if inside(r["sched"], spans)]
+        return goodput(chosen, slo, 0.0, end)
+
     return {
         "policy": run["policy"],
         "requests": len(records),
         "goodput": goodput(records, slo, 0.0, end),
-        "goodput_by_phase": {n: goodput(records, slo, a, b) for n, (a, b) in phases.items()},
+        "goodput_by_phase": {n: good(spans) for n, spans in phases.items()},
         "mean_replicas_by_phase": {
-            n: replica_seconds(run["replicas"], a, b) / (b - a) for n, (a, b) in phases.items()
+            n: sum(replica_seconds(run["replicas"], a, b) for a, b in spans)
+            / sum(b - a for a, b in spans)
+            for n, spans in phases.items()
         },
         "peak_replicas_by_phase": {
-            n: max((s["spec"] for s in samples if a <= s["t"] < b), default=0)
-            for n, (a, b) in phases.items()
+            n: max((s["spec"] for s in samples if inside(s["t"], spans)), default=0)
+            for n, spans in phases.items()
         },
         "replica_seconds": cost,
         "mean_replicas": cost / (end * factor),
         "peak_replicas": max((s["spec"] for s in samples), default=0),
-        "recovery_after_step_seconds": None if rec is None else rec * factor,
+        "recovery_phase": trace.recovery_phase,
+        "recovery_seconds": None if rec is None else rec * factor,
         "no_endpoint": sum(r.get("outcome") == "no_endpoint" for r in records),
     }
 
@@ -105,25 +122,31 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def table(rows: Sequence[dict[str, Any]]) -> str:
-    """A Markdown table of summaries (real-time units)."""
-    head = ("| policy | goodput | ramp | step | spike | replica-s | mean replicas | "
-            "peak | step recovery |\n|---|---|---|---|---|---|---|---|---|\n")  # fmt: skip
+def table(rows: Sequence[dict[str, Any]], trace: Trace | None = None) -> str:
+    """A Markdown table of summaries (real-time units): goodput overall and in the trace's
+    `columns` phases (the standard trace's ramp, step and spike by default)."""
+    columns = trace.columns if trace is not None else Trace(()).columns
+    after = trace.recovery_phase if trace is not None else Trace(()).recovery_phase
+    head = (
+        f"| policy | goodput | {' | '.join(columns)} | replica-s | mean replicas | peak | "
+        f"{after} recovery |\n|{'---|' * (len(columns) + 6)}\n"
+    )
     lines = []
     for r in rows:
         ph = r["goodput_by_phase"]
-        rec = r["recovery_after_step_seconds"]
+        rec = r["recovery_seconds"]
         lines.append(
-            f"| {r['policy']} | {_pct(r['goodput'])} | {_pct(ph.get('ramp'))} | "
-            f"{_pct(ph.get('step'))} | {_pct(ph.get('spike'))} | {r['replica_seconds']:.0f} | "
-            f"{r['mean_replicas']:.2f} | {r['peak_replicas']} | "
+            f"| {r['policy']} | {_pct(r['goodput'])} | "
+            + "".join(f"{_pct(ph.get(c))} | " for c in columns)
+            + f"{r['replica_seconds']:.0f} | {r['mean_replicas']:.2f} | {r['peak_replicas']} | "
             f"{'not met' if rec is None else f'{rec:.0f} s'} |"
         )
     return head + "\n".join(lines) + "\n"
 
 
-def plot(runs: Sequence[dict[str, Any]], trace: Trace, slo: float, factor: float,
-         out: Path) -> Path | None:  # fmt: skip
+def plot(
+    runs: Sequence[dict[str, Any]], trace: Trace, slo: float, factor: float, out: Path
+) -> Path | None:
     """replicas, TTFT p95 and queue over time, one column per policy; None without matplotlib."""
     try:
         import matplotlib
@@ -132,8 +155,7 @@ def plot(runs: Sequence[dict[str, Any]], trace: Trace, slo: float, factor: float
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, axes = plt.subplots(3, len(runs), figsize=(4 * len(runs), 8), sharex=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(3, len(runs), figsize=(4 * len(runs), 8), sharex=True, squeeze=False)
     width = 15.0 / factor
     for col, run in enumerate(runs):
         t = [s["t"] * factor / 60 for s in run["samples"]]

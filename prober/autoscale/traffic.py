@@ -1,12 +1,13 @@
 """The traffic process: the trace's requests, spread over ready replicas like a Service.
 
-Run as `python -m prober.autoscale.traffic SPEC.json`. The spec names the trace, the capacity
-that scales it, the request shape, the endpoints file (written by the controller: one base
-URL per line, the ready replicas, as an EndpointSlice lists them) and where to write the
-records. Arrivals follow an absolute schedule; each is a task, never awaited before the
-next (open loop). The replica is chosen round-robin over the endpoints read at most
-`endpoints_refresh` seconds ago (kube-proxy's propagation). One JSON line per request:
-scheduled offset, TTFT and end (seconds from the run's start), outcome and replica.
+Run as `python -m prober.autoscale.traffic SPEC.json`. The spec names the trace (and the file
+it replays, if any), the capacity that scales it, the request shape, the endpoints file
+(written by the controller: one base URL per line, the ready replicas, as an EndpointSlice
+lists them) and where to write the records. Arrivals follow an absolute schedule; each is a
+task, never awaited before the next (open loop). The replica is chosen round-robin over the
+endpoints read at most `endpoints_refresh` seconds ago (kube-proxy's propagation). One JSON
+line per request: scheduled offset, TTFT and end (seconds from the run's start), outcome and
+replica.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from prober.autoscale.trace import Segment, Trace, arrivals
+from prober.autoscale.trace import Segment, Trace, arrivals, replayed
 
 _MAX_IN_FLIGHT = 5000
 Record = dict[str, Any]
@@ -39,15 +41,30 @@ class Spec:
     seed: int
     timeout: float
     endpoints_refresh: float
+    # A replayed trace's answers are its own lengths times this: the engine profile's token
+    # compression (16 tokens standing for 160), so a request takes the time it stands for.
+    output_scale: float = 1.0
 
     @staticmethod
     def load(path: Path) -> Spec:
         raw = json.loads(path.read_text())
-        trace = Trace(tuple(Segment(**s) for s in raw["trace"]))
-        return Spec(trace, float(raw["capacity"]), int(raw["prompt_tokens"]),
-                    int(raw["max_tokens"]), Path(raw["endpoints"]), Path(raw["out"]),
-                    int(raw["seed"]), float(raw["timeout"]),
-                    float(raw["endpoints_refresh"]))  # fmt: skip
+        trace = Trace(
+            tuple(Segment(**s) for s in raw["trace"]),
+            raw.get("replay", ""),
+            float(raw.get("replay_seconds", 0.0)),
+        )
+        return Spec(
+            trace,
+            float(raw["capacity"]),
+            int(raw["prompt_tokens"]),
+            int(raw["max_tokens"]),
+            Path(raw["endpoints"]),
+            Path(raw["out"]),
+            int(raw["seed"]),
+            float(raw["timeout"]),
+            float(raw["endpoints_refresh"]),
+            float(raw.get("output_scale", 1.0)),
+        )
 
 
 class Endpoints:
@@ -70,12 +87,14 @@ class Endpoints:
         return self._urls[self._next]
 
 
-async def one(session: aiohttp.ClientSession, url: str, body: bytes, t0: float,
-              sched: float) -> Record:  # fmt: skip
+async def one(
+    session: aiohttp.ClientSession, url: str, body: bytes, t0: float, sched: float
+) -> Record:
     rec: Record = {"sched": sched, "replica": url, "ttft": None, "end": None}
     try:
-        async with session.post(f"{url}/v1/chat/completions", data=body,
-                                headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
+        async with session.post(
+            f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        ) as resp:
             if resp.status != 200:
                 rec["outcome"] = f"http_{resp.status}"
                 return rec
@@ -100,23 +119,40 @@ def _has_token(line: bytes) -> bool:
         return False
 
 
-def _body(spec: Spec) -> bytes:
-    words = " ".join(["w"] * max(1, spec.prompt_tokens - 8))
-    return json.dumps({
-        "model": "sim", "stream": True, "max_tokens": spec.max_tokens,
-        "messages": [{"role": "user", "content": words}],
-    }).encode()  # fmt: skip
+def _body(prompt_tokens: int, max_tokens: int) -> bytes:
+    words = " ".join(["w"] * max(1, prompt_tokens - 8))
+    return json.dumps(
+        {
+            "model": "sim",
+            "stream": True,
+            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": words}],
+        }
+    ).encode()
 
 
-def _done(task: asyncio.Task[Record], tasks: set[asyncio.Task[Record]],
-          records: list[Record]) -> None:  # fmt: skip
+def _schedule(spec: Spec) -> Iterator[tuple[float, bytes]]:
+    """(offset, body) of every arrival: the replayed file's requests with their lengths, or
+    Poisson arrivals of the profile's one shape."""
+    if spec.trace.replay:
+        for r in replayed(spec.trace, spec.capacity, spec.seed):
+            answer = max(1, round(r.max_tokens * spec.output_scale))
+            yield r.offset, _body(r.prompt_tokens, answer)
+        return
+    body = _body(spec.prompt_tokens, spec.max_tokens)
+    for offset in arrivals(spec.trace, spec.capacity, spec.seed):
+        yield offset, body
+
+
+def _done(
+    task: asyncio.Task[Record], tasks: set[asyncio.Task[Record]], records: list[Record]
+) -> None:
     tasks.discard(task)
     if not task.cancelled() and task.exception() is None:
         records.append(task.result())
 
 
 async def run(spec: Spec) -> int:
-    body = _body(spec)
     endpoints = Endpoints(spec.endpoints, spec.endpoints_refresh)
     records: list[Record] = []
     tasks: set[asyncio.Task[Record]] = set()
@@ -124,14 +160,15 @@ async def run(spec: Spec) -> int:
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as session:
         t0 = time.monotonic()
-        for sched in arrivals(spec.trace, spec.capacity, spec.seed):
+        for sched, body in _schedule(spec):
             # Always yield: arrivals that fell due together still let responses be read.
             await asyncio.sleep(max(0.0, t0 + sched - time.monotonic()))
             url = endpoints.pick(time.monotonic())
             if url is None or len(tasks) >= _MAX_IN_FLIGHT:
                 outcome = "no_endpoint" if url is None else "dropped"
-                records.append({"sched": sched, "replica": None, "ttft": None, "end": None,
-                                "outcome": outcome})  # fmt: skip
+                records.append(
+                    {"sched": sched, "replica": None, "ttft": None, "end": None, "outcome": outcome}
+                )
                 continue
             task = asyncio.create_task(one(session, url, body, t0, sched))
             tasks.add(task)

@@ -1,9 +1,12 @@
 """`llm-prober bench`: its flags, their translation into a `BenchConfig`, and the run itself.
 
 Flags are read as text and checked by `BenchConfig`, so a bad value prints exactly one line
-naming the flag and exits 2. An unreachable or failing server is caught by the pre-flight
-request and exits 1 within the connect timeout. Exit 0 when the sweep ran, whatever the
-server's errors (they are data, in the report).
+naming the flag and exits 2. A flag that stands for a section of the daemon's load
+(`--input-len`, `--output-len`, `--schedule`, `--trace`) takes what the configuration file
+would hold there, as YAML: `--input-len 128`, `--input-len '{dist: lognormal, median: 512,
+sigma: 1, max: 8192}'`, `--trace builtin:diurnal`. An unreachable or failing server is
+caught by the pre-flight request and exits 1 within the connect timeout. Exit 0 when the
+sweep ran, whatever the server's errors (they are data, in the report).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from prober.bench.config import BenchConfig, Mode, parse_levels
 from prober.bench.runner import BenchRunner, PreflightError
 from prober.kinds import ARRIVALS, EVENT_LOOPS, Api
 from prober.runtime import LoopUnavailable, new_event_loop, tune_gc
 from prober.settings import ConfigError
+from prober.validation import wrong
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -28,8 +34,26 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _VALUES: tuple[tuple[str, str, str], ...] = (
     ("--num-requests", "N", "measured requests per level (default 32 unless --duration)"),
     ("--duration", "S", "seconds of load per level instead of a request count"),
-    ("--input-len", "TOKENS", "prompt length in tokens, calibrated (default 128)"),
-    ("--output-len", "TOKENS", "max_tokens of every request (default 64)"),
+    (
+        "--input-len",
+        "TOKENS",
+        "prompt length in tokens, calibrated (default 128), or a "
+        "distribution as YAML: '{dist: lognormal, median: 512, sigma: 1, max: 8192}'",
+    ),
+    ("--output-len", "TOKENS", "max_tokens of every request (default 64), or a distribution"),
+    ("--burstiness", "K", "--arrival gamma: the gaps' shape (1 = Poisson, < 1 burstier)"),
+    (
+        "--schedule",
+        "YAML",
+        "open loop: rate steps, scaled to each level's mean rate: "
+        "'{steps: [{seconds: 30, rate: 1}, {seconds: 10, rate: 4}]}'",
+    ),
+    (
+        "--trace",
+        "FILE",
+        "open loop: replay a JSONL trace (or builtin:diurnal), its time "
+        "scaled to each level's mean rate; or YAML: '{path: FILE, loop: false}'",
+    ),
     ("--warmup", "N", "unmeasured requests before each level (default 2)"),
     ("--seed", "N", "seed of the arrivals (default: random, recorded in the report)"),
     ("--slo-ttft", "S", "goodput SLO on TTFT, seconds (default 2.0)"),
@@ -54,38 +78,73 @@ def add_bench_parser(subparsers: Any) -> None:
     )
     p.add_argument("--url", required=True, help="OpenAI base URL, e.g. http://host:8080/v1")
     p.add_argument("--model", required=True)
-    p.add_argument("--api", choices=[a.value for a in Api], default="chat",
-                   help="chat, completions, or ollama (native /api/chat, NDJSON)")  # fmt: skip
-    p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.CONCURRENCY.value,
-                   help="concurrency: closed loop; rate: open loop (Poisson)")  # fmt: skip
-    p.add_argument("--concurrency", metavar="C,C,...", default="1,2,4,8",
-                   help="closed-loop levels (default 1,2,4,8)")  # fmt: skip
+    p.add_argument(
+        "--api",
+        choices=[a.value for a in Api],
+        default="chat",
+        help="chat, completions, or ollama (native /api/chat, NDJSON)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.CONCURRENCY.value,
+        help="concurrency: closed loop; rate: open loop (Poisson)",
+    )
+    p.add_argument(
+        "--concurrency",
+        metavar="C,C,...",
+        default="1,2,4,8",
+        help="closed-loop levels (default 1,2,4,8)",
+    )
     p.add_argument("--levels", metavar="R,R,...", help="open-loop rates in req/s (--mode rate)")
-    p.add_argument("--arrival", choices=ARRIVALS, default="poisson")
+    p.add_argument("--arrival", choices=ARRIVALS, help="open-loop gaps (default poisson)")
     for flag, metavar, text in _VALUES:
         p.add_argument(flag, metavar=metavar, help=text)
-    p.add_argument("--no-cache-bust", action="store_true",
-                   help="send one identical prompt (shows what a prefix cache saves)")  # fmt: skip
-    p.add_argument("--ignore-eos", action="store_true",
-                   help="send ignore_eos: true, for exactly --output-len tokens")  # fmt: skip
+    p.add_argument(
+        "--no-cache-bust",
+        action="store_true",
+        help="send one identical prompt (shows what a prefix cache saves)",
+    )
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos: true, for exactly --output-len tokens",
+    )
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable with the API key")
     p.add_argument("--out", metavar="FILE.json", type=Path, help="write the JSON report here")
     p.add_argument("--plot", metavar="DIR", type=Path, help="write PNG charts here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
-    p.add_argument("--emit-keda", metavar="FILE.yaml", type=Path,
-                   help="write a KEDA ScaledObject with budgets derived from the capacity "
-                   "(docs/autoscaling.md)")  # fmt: skip
-    p.add_argument("--emit-hpa", metavar="FILE.yaml", type=Path,
-                   help="write the same targets as an autoscaling/v2 HPA "
-                   "(prometheus-adapter)")  # fmt: skip
-    p.add_argument("--slots", metavar="N", type=int,
-                   help="the replica's parallel sequences, for the emitted budgets")  # fmt: skip
-    p.add_argument("--scale-name", metavar="NAME", default="vllm",
-                   help="Deployment and prober target name in the emitted objects "
-                   "(default vllm)")  # fmt: skip
-    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
-                   help="the client's loop, as the daemon's server.event_loop (auto: uvloop "
-                   "when installed)")  # fmt: skip
+    p.add_argument(
+        "--emit-keda",
+        metavar="FILE.yaml",
+        type=Path,
+        help="write a KEDA ScaledObject with budgets derived from the capacity "
+        "(docs/autoscaling.md)",
+    )
+    p.add_argument(
+        "--emit-hpa",
+        metavar="FILE.yaml",
+        type=Path,
+        help="write the same targets as an autoscaling/v2 HPA (prometheus-adapter)",
+    )
+    p.add_argument(
+        "--slots",
+        metavar="N",
+        type=int,
+        help="the replica's parallel sequences, for the emitted budgets",
+    )
+    p.add_argument(
+        "--scale-name",
+        metavar="NAME",
+        default="vllm",
+        help="Deployment and prober target name in the emitted objects (default vllm)",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the client's loop, as the daemon's server.event_loop (auto: uvloop when installed)",
+    )
 
 
 def _number(args: argparse.Namespace, flag: str, kind: type[int] | type[float]) -> Any:
@@ -96,7 +155,18 @@ def _number(args: argparse.Namespace, flag: str, kind: type[int] | type[float]) 
         return kind(raw)
     except ValueError:
         noun = "an integer" if kind is int else "a number"
-        raise ValueError(f"{flag}: expected {noun}, got {raw!r}") from None
+        raise ValueError(f"{flag}: {wrong(noun, raw)}") from None
+
+
+def _yaml(args: argparse.Namespace, flag: str) -> Any:
+    raw = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+    if raw is None:
+        return None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ValueError(f"{flag}: not YAML ({problem}): {raw!r}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -112,8 +182,12 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     count = _number(args, "--num-requests", int)
     seed = _number(args, "--seed", int)
     given: dict[str, Any] = {
-        "input_len": _number(args, "--input-len", int),
-        "output_len": _number(args, "--output-len", int),
+        "input_len": _yaml(args, "--input-len"),
+        "output_len": _yaml(args, "--output-len"),
+        "burstiness": _number(args, "--burstiness", float),
+        "schedule": _yaml(args, "--schedule"),
+        "trace": _yaml(args, "--trace"),
+        "arrival": args.arrival,
         "warmup": _number(args, "--warmup", int),
         "slo_ttft_seconds": _number(args, "--slo-ttft", float),
         "slo_tpot_seconds": _number(args, "--slo-tpot", float),
@@ -134,7 +208,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         cache_bust=not args.no_cache_bust,
         seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
         api=Api(args.api),
-        arrival=args.arrival,
         ignore_eos=args.ignore_eos,
         api_key_env=args.api_key_env,
         event_loop=getattr(args, "event_loop", "auto"),
@@ -231,9 +304,12 @@ async def measure(
     name = event_loop or _loop_name(asyncio.get_running_loop())
     with SweepProgress(enabled=progress) as bar:
         runner = BenchRunner(
-            cfg, on_result=bar.on_result, on_phase=bar.on_phase, event_loop=name,
+            cfg,
+            on_result=bar.on_result,
+            on_phase=bar.on_phase,
+            event_loop=name,
             freeze_heap=freeze_heap,
-        )  # fmt: skip
+        )
         sweep = await runner.run()
     return build_report(cfg, sweep)
 

@@ -3,7 +3,13 @@
 A pydantic model like every config of the project (prober/validation.py). A fault is one
 `ValueError` line that starts with the flag at fault (`--concurrency: ...`), so the command
 line can print it and exit 2. `target_config()` turns the sweep into the daemon's own
-`TargetConfig`, so bench sends through the same `Target.send` path.
+`TargetConfig`, so bench sends through the same `Target.send` path, and `load_config(rate)`
+a rate level into the daemon's `LoadConfig`, so the open loop is the daemon's `LoadDriver`.
+
+Workloads take the daemon's own sections: `input_len` / `output_len` a count or a length
+distribution, `schedule` a `RateSchedule`, `trace` a `TraceConfig`. A rate level is always a
+mean rate in requests/s: a schedule's steps are scaled to it (its shape kept), a trace's time
+is (as the daemon's `rate` with a `trace`), so the knee and the capacity stay in req/s.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from prober.kinds import Api, Arrival, EventLoopChoice
+from prober.loadconfig import LengthConfig, LoadConfig, RateSchedule, TraceConfig, lengths_field
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo
-from prober.validation import OneLineModel, describe
+from prober.validation import OneLineModel, describe, wrong
 
 MAX_CONCURRENCY = 10_000
 MAX_RATE = 10_000.0
@@ -51,25 +58,61 @@ class Level:
 # The flag each field is set by, for the one-line error (`levels` names its own: it depends
 # on the mode).
 FLAGS = {
-    "url": "--url", "model": "--model", "mode": "--mode", "num_requests": "--num-requests",
-    "duration_seconds": "--duration", "input_len": "--input-len", "output_len": "--output-len",
-    "cache_bust": "--no-cache-bust", "warmup": "--warmup", "seed": "--seed", "api": "--api",
-    "arrival": "--arrival", "slo_ttft_seconds": "--slo-ttft", "slo_tpot_seconds": "--slo-tpot",
-    "slo_e2e_seconds": "--slo-e2e", "capacity_goodput": "--capacity-goodput",
-    "target_rate": "--target-rate", "ignore_eos": "--ignore-eos", "api_key_env": "--api-key-env",
-    "timeout_seconds": "--timeout", "connect_timeout_seconds": "--connect-timeout",
-    "max_in_flight": "--max-in-flight", "event_loop": "--event-loop",
-}  # fmt: skip
+    "url": "--url",
+    "model": "--model",
+    "mode": "--mode",
+    "num_requests": "--num-requests",
+    "duration_seconds": "--duration",
+    "input_len": "--input-len",
+    "output_len": "--output-len",
+    "cache_bust": "--no-cache-bust",
+    "warmup": "--warmup",
+    "seed": "--seed",
+    "api": "--api",
+    "arrival": "--arrival",
+    "slo_ttft_seconds": "--slo-ttft",
+    "slo_tpot_seconds": "--slo-tpot",
+    "slo_e2e_seconds": "--slo-e2e",
+    "capacity_goodput": "--capacity-goodput",
+    "target_rate": "--target-rate",
+    "ignore_eos": "--ignore-eos",
+    "api_key_env": "--api-key-env",
+    "timeout_seconds": "--timeout",
+    "connect_timeout_seconds": "--connect-timeout",
+    "max_in_flight": "--max-in-flight",
+    "event_loop": "--event-loop",
+    "burstiness": "--burstiness",
+    "schedule": "--schedule",
+    "trace": "--trace",
+}
+# The flag behind each field of the daemon's load that a rate level fills in.
+_LOAD_FLAGS = {
+    "prompt_tokens": "--input-len",
+    "max_tokens": "--output-len",
+    "rate": "--levels",
+    "arrival": "--arrival",
+    "burstiness": "--burstiness",
+    "schedule": "--schedule",
+    "trace": "--trace",
+    "max_in_flight": "--max-in-flight",
+    "seed": "--seed",
+}
 # The flag behind each field of the daemon's target that the sweep fills in (its bounds: a
 # week at most, a million tokens at most).
 _TARGET_FLAGS: dict[tuple[int | str, ...], str] = {
-    ("url",): "--url", ("model",): "--model", ("prompt_tokens",): "--input-len",
-    ("max_tokens",): "--output-len", ("api_key_env",): "--api-key-env",
-    ("slo", "ttft_seconds"): "--slo-ttft", ("slo", "tpot_seconds"): "--slo-tpot",
-    ("slo", "e2e_seconds"): "--slo-e2e", ("timeouts", "connect_seconds"): "--connect-timeout",
-    ("timeouts", "first_token_seconds"): "--timeout", ("timeouts", "total_seconds"): "--timeout",
+    ("url",): "--url",
+    ("model",): "--model",
+    ("prompt_tokens",): "--input-len",
+    ("max_tokens",): "--output-len",
+    ("api_key_env",): "--api-key-env",
+    ("slo", "ttft_seconds"): "--slo-ttft",
+    ("slo", "tpot_seconds"): "--slo-tpot",
+    ("slo", "e2e_seconds"): "--slo-e2e",
+    ("timeouts", "connect_seconds"): "--connect-timeout",
+    ("timeouts", "first_token_seconds"): "--timeout",
+    ("timeouts", "total_seconds"): "--timeout",
     ("timeouts", "idle_seconds"): "--timeout",
-}  # fmt: skip
+}
 Count = Annotated[int, Field(ge=1)]
 Seconds = Annotated[float, Field(gt=0)]
 
@@ -81,13 +124,16 @@ class BenchConfig(OneLineModel):
     levels: tuple[int | float, ...] = (1, 2, 4, 8)  # ints stay ints: the flags print them back
     num_requests: Count | None = 32
     duration_seconds: Seconds | None = None
-    input_len: Count = 128
-    output_len: Count = 64
+    input_len: LengthConfig = LengthConfig.fixed(128)
+    output_len: LengthConfig = LengthConfig.fixed(64)
     cache_bust: bool = True
     warmup: Annotated[int, Field(ge=0)] = 2
     seed: int = 0
     api: Api = Api.CHAT
     arrival: Arrival = "poisson"
+    burstiness: Annotated[float, Field(ge=0.01, le=100)] | None = None
+    schedule: RateSchedule | None = None
+    trace: TraceConfig | None = None
     slo_ttft_seconds: Seconds = 2.0
     slo_tpot_seconds: Seconds = 0.2
     slo_e2e_seconds: Seconds | None = None
@@ -105,14 +151,20 @@ class BenchConfig(OneLineModel):
         if not err["loc"]:  # a check across fields: its message names the flags itself
             return describe(err)
         field = str(err["loc"][0])
-        value = err.get("input")
-        if err["type"] == "greater_than_equal":
-            text = f"must be at least {(err.get('ctx') or {})['ge']}, got {value!r}"
-        elif err["type"] in ("greater_than", "finite_number"):
-            text = f"must be a number greater than 0, got {value!r}"
-        else:
-            text = describe(err)
+        text = describe(err)
+        if field in FLAGS and len(err["loc"]) > 1:  # inside a section: `--trace: path: ...`
+            return f"{FLAGS[field]}: {field_path(err['loc'][1:])}: {text}"
         return f"{FLAGS.get(field, field_path(err['loc']))}: {text}"
+
+    @field_validator("input_len", "output_len", mode="before")
+    @classmethod
+    def _lengths(cls, value: Any) -> Any:
+        return lengths_field(value)
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace_path(cls, value: Any) -> Any:
+        return {"path": value} if isinstance(value, str) else value  # `--trace FILE`
 
     @field_validator("capacity_goodput")
     @classmethod
@@ -139,9 +191,58 @@ class BenchConfig(OneLineModel):
                 f"--num-requests: {count} is below the largest concurrency {int(top)}; "
                 "some workers would never send"
             )
+        if not self.cache_bust and self.input_len.dist != "fixed":
+            raise ValueError(
+                "--no-cache-bust: one prompt for every request: give a plain --input-len"
+            )
+        shaped = [f for f in ("trace", "schedule", "burstiness") if getattr(self, f) is not None]
+        if shaped and self.mode is Mode.CONCURRENCY:
+            raise ValueError(f"{FLAGS[shaped[0]]}: an open-loop option: add --mode rate")
+        if self.trace is not None:
+            for name in sorted({"input_len", "output_len", "arrival"} & self.model_fields_set):
+                raise ValueError(f"{FLAGS[name]}: the trace gives it: remove one of the two")
+            for name in sorted({"time_scale", "rate_scale"} & self.trace.model_fields_set):
+                raise ValueError(f"--trace: {name}: each level's rate sets the trace's speed")
         # Built once here so a bad URL or model is a flag error, not a failure mid-sweep.
         self.target_config()
+        if self.mode is Mode.RATE:
+            self.load_config(max(self.levels))
         return self
+
+    @property
+    def nominal_input(self) -> int:
+        """The prompt length of the pre-flight, warm-ups and connection warming: the median
+        of `input_len`, or a trace's mean."""
+        if self.trace is not None:
+            return round(self.trace.summary.mean_input)
+        return self.input_len.sampler().nominal
+
+    def load_config(self, rate: float) -> LoadConfig:
+        """A rate level as the daemon's load: `rate` is the level's mean arrivals/s."""
+        fields: dict[str, Any] = {"max_in_flight": self.max_in_flight, "seed": self.seed}
+        if self.trace is not None:
+            fields |= {"trace": self.trace, "rate": rate}
+        else:
+            fields |= {
+                "arrival": self.arrival,
+                "burstiness": self.burstiness,
+                "prompt_tokens": self.input_len,
+                "max_tokens": self.output_len,
+            }
+            if self.schedule is None:
+                fields["rate"] = rate
+            else:
+                fields["schedule"] = self.schedule.scaled(rate / self.schedule.mean_rate)
+        try:
+            return LoadConfig(**fields)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = err["loc"]
+            flag = _LOAD_FLAGS.get(str(loc[0]), field_path(loc))
+            inner = (
+                f"{field_path(loc[1:])}: " if len(loc) > 1 and str(loc[0]) in _LOAD_FLAGS else ""
+            )
+            raise ValueError(f"{flag}: {inner}{describe(err)}") from None
 
     @property
     def sweep(self) -> list[Level]:
@@ -158,8 +259,8 @@ class BenchConfig(OneLineModel):
             "url": self.url,
             "model": self.model,
             "api": self.api,
-            "prompt_tokens": self.input_len,
-            "max_tokens": self.output_len,
+            "prompt_tokens": self.nominal_input,
+            "max_tokens": self.output_len.sampler().nominal,
             "cache_bust": self.cache_bust,
             "api_key_env": self.api_key_env,
             "extra_body": {"ignore_eos": True} if self.ignore_eos else {},
@@ -184,7 +285,13 @@ class BenchConfig(OneLineModel):
 
     def as_json(self) -> dict[str, Any]:
         """The configuration as recorded in the report (the key's variable name, never a key)."""
-        out = self.model_dump()
+        out = self.model_dump(mode="json", exclude={"input_len", "output_len", "trace"})
+        for name in ("input_len", "output_len"):
+            lengths: LengthConfig = getattr(self, name)  # a plain count stays a number
+            out[name] = (
+                lengths.value if lengths.dist == "fixed" else lengths.model_dump(exclude_none=True)
+            )
+        out["trace"] = None if self.trace is None else self.trace.model_dump()
         out["mode"] = self.mode.value
         out["api"] = self.api.value
         out["levels"] = [lvl.key()[self.mode.value] for lvl in self.sweep]
@@ -211,12 +318,12 @@ def parse_levels(flag: str, text: str, *, integers: bool) -> tuple[float, ...]:
     """`"1,2,4"` → (1, 2, 4); one clear `ValueError` naming the flag otherwise."""
     parts = [p.strip() for p in text.split(",")]
     if not text.strip() or any(not p for p in parts):
-        raise ValueError(f"{flag}: expected a comma-separated list, got {text!r}")
+        raise ValueError(f"{flag}: {wrong('a comma-separated list', text)}")
     values: list[float] = []
     for part in parts:
         try:
             values.append(int(part) if integers else float(part))
         except ValueError:
             kind = "integers" if integers else "numbers"
-            raise ValueError(f"{flag}: expected {kind} separated by commas, got {text!r}") from None
+            raise ValueError(f"{flag}: {wrong(f'{kind} separated by commas', text)}") from None
     return tuple(values)

@@ -24,6 +24,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from prober.validation import bound
+
 DEFAULT_HEADROOM = 0.75
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc.cluster.local:9090"
 
@@ -57,13 +59,14 @@ def _num(node: Any, *path: str) -> float | None:
     return float(node)
 
 
-def derive(report: dict[str, Any], slots: int | None,
-           headroom: float = DEFAULT_HEADROOM) -> Budgets:  # fmt: skip
+def derive(
+    report: dict[str, Any], slots: int | None, headroom: float = DEFAULT_HEADROOM
+) -> Budgets:
     """The budgets of the module docstring; ValueError when the report cannot give them."""
     if not 0 < headroom <= 1:
         raise ValueError(f"headroom must be in (0, 1], got {headroom}")
     if slots is not None and slots < 1:
-        raise ValueError(f"--slots: must be at least 1, got {slots}")
+        raise ValueError(f"--slots: {bound('at least', 1, slots)}")
     cap = report["capacity"]
     if cap.get("level") is None:
         raise ValueError(f"no level meets the SLO ({cap['rule']}): nothing to size on")
@@ -76,58 +79,95 @@ def derive(report: dict[str, Any], slots: int | None,
     if x is None or w is None or s is None or floor is None or s <= 0:
         raise ValueError("the capacity level has no throughput, E2E or TTFT figures")
     if floor >= slo:
-        raise ValueError(f"TTFT p95 at the lowest level ({floor:.3f}s) is not below the SLO "
-                         f"({slo:g}s): no replica count can meet it")  # fmt: skip
+        raise ValueError(
+            f"TTFT p95 at the lowest level ({floor:.3f}s) is not below the SLO "
+            f"({slo:g}s): no replica count can meet it"
+        )
     in_flight = x * w
     mu = slots / s if slots else x
     held = min(float(slots), in_flight) if slots else in_flight
     in_system = max(1, math.floor(headroom * held + 1e-9))
     return Budgets(
-        slots=slots, slo_ttft_seconds=slo, capacity_level=dict(level["level"]),
-        capacity_rps=x, capacity_in_system=in_flight, service_seconds=s, drain_rps=mu,
+        slots=slots,
+        slo_ttft_seconds=slo,
+        capacity_level=dict(level["level"]),
+        capacity_rps=x,
+        capacity_in_system=in_flight,
+        service_seconds=s,
+        drain_rps=mu,
         ttft_floor_p95_seconds=floor,
         queue_waiting=max(1, math.floor(mu * (slo - floor) / 2 + 1e-9)),
-        in_system=in_system, ttft_p95_seconds=slo,
+        in_system=in_system,
+        ttft_p95_seconds=slo,
         saturation=round(in_system / slots, 3) if slots else headroom,
-    )  # fmt: skip
+    )
 
 
 def _trigger(name: str, kind: str, query: str, threshold: float, server: str) -> dict[str, Any]:
-    return {"type": "prometheus", "name": name, "metricType": kind,
-            "metadata": {"serverAddress": server, "query": query,
-                         "threshold": f"{threshold:g}"}}  # fmt: skip
+    return {
+        "type": "prometheus",
+        "name": name,
+        "metricType": kind,
+        "metadata": {"serverAddress": server, "query": query, "threshold": f"{threshold:g}"},
+    }
 
 
 def behavior() -> dict[str, Any]:
     """The shipped behaviour: up at once by 2 pods or 100 %, whichever is more, per 2 min (a
     start-up: more can't be judged before the new pods serve); down 1 pod / 5 min after 10."""
     return {
-        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 120},
-                                 {"type": "Percent", "value": 100, "periodSeconds": 120}]},
-        "scaleDown": {"stabilizationWindowSeconds": 600,
-                      "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}]},
-    }  # fmt: skip
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Pods", "value": 2, "periodSeconds": 120},
+                {"type": "Percent", "value": 100, "periodSeconds": 120},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": 600,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+        },
+    }
 
 
 def triggers(b: Budgets, target: str, server: str = DEFAULT_PROMETHEUS) -> list[dict[str, Any]]:
     """The shipped three triggers (queue-waiting, ttft-p95, in-system) with `b`'s targets."""
     sel = f'{{target="{target}"}}'
     return [
-        _trigger("queue-waiting", "AverageValue",
-                 f"sum(llmprober:queue_waiting:sum{sel}) or vector(0)", b.queue_waiting, server),
-        _trigger("ttft-p95", "Value",
-                 f"max(llmprober:ttft_seconds:p95_5m{sel} >= 0) or vector(0)",
-                 b.ttft_p95_seconds, server),
-        _trigger("in-system", "AverageValue",
-                 f"sum(llmprober:requests_in_system:sum{sel}) or vector(0)", b.in_system, server),
-    ]  # fmt: skip
+        _trigger(
+            "queue-waiting",
+            "AverageValue",
+            f"sum(llmprober:queue_waiting:sum{sel}) or vector(0)",
+            b.queue_waiting,
+            server,
+        ),
+        _trigger(
+            "ttft-p95",
+            "Value",
+            f"max(llmprober:ttft_seconds:p95_5m{sel} >= 0) or vector(0)",
+            b.ttft_p95_seconds,
+            server,
+        ),
+        _trigger(
+            "in-system",
+            "AverageValue",
+            f"sum(llmprober:requests_in_system:sum{sel}) or vector(0)",
+            b.in_system,
+            server,
+        ),
+    ]
 
 
 def scaled_object(
-    b: Budgets, *, name: str, target: str, min_replicas: int = 1, max_replicas: int = 8,
+    b: Budgets,
+    *,
+    name: str,
+    target: str,
+    min_replicas: int = 1,
+    max_replicas: int = 8,
     server: str = DEFAULT_PROMETHEUS,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A KEDA ScaledObject scaling Deployment `name` on target `target`'s rules."""
     return {
         "apiVersion": "keda.sh/v1alpha1",
@@ -135,23 +175,30 @@ def scaled_object(
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name}},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicaCount": min_replicas, "maxReplicaCount": max_replicas,
-            "pollingInterval": 15, "cooldownPeriod": 300,
+            "minReplicaCount": min_replicas,
+            "maxReplicaCount": max_replicas,
+            "pollingInterval": 15,
+            "cooldownPeriod": 300,
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior()}},
             "triggers": triggers(b, target, server),
         },
-    }  # fmt: skip
+    }
 
 
-def hpa(b: Budgets, *, name: str, target: str, min_replicas: int = 1,
-        max_replicas: int = 8) -> dict[str, Any]:  # fmt: skip
+def hpa(
+    b: Budgets, *, name: str, target: str, min_replicas: int = 1, max_replicas: int = 8
+) -> dict[str, Any]:
     """The same targets as an autoscaling/v2 HPA on prometheus-adapter's External metrics."""
 
     def external(metric: str, kind: str, value: float) -> dict[str, Any]:
         key = "averageValue" if kind == "AverageValue" else "value"
-        return {"type": "External", "external": {
-            "metric": {"name": metric, "selector": {"matchLabels": {"target": target}}},
-            "target": {"type": kind, key: f"{value:g}"}}}  # fmt: skip
+        return {
+            "type": "External",
+            "external": {
+                "metric": {"name": metric, "selector": {"matchLabels": {"target": target}}},
+                "target": {"type": kind, key: f"{value:g}"},
+            },
+        }
 
     return {
         "apiVersion": "autoscaling/v2",
@@ -159,7 +206,8 @@ def hpa(b: Budgets, *, name: str, target: str, min_replicas: int = 1,
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name}},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": min_replicas, "maxReplicas": max_replicas,
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
             "metrics": [
                 external("llmprober_queue_waiting_sum", "AverageValue", b.queue_waiting),
                 external("llmprober_ttft_seconds_p95_5m", "Value", b.ttft_p95_seconds),
@@ -167,7 +215,7 @@ def hpa(b: Budgets, *, name: str, target: str, min_replicas: int = 1,
             ],
             "behavior": behavior(),
         },
-    }  # fmt: skip
+    }
 
 
 def header(b: Budgets) -> str:

@@ -85,8 +85,13 @@ def write_plots(doc: dict[str, Any], directory: Path) -> list[Path]:
     ax.plot(x, _series(levels, "request_throughput"), marker="o", label="requests/s")
     ax.plot(x, _series(levels, "goodput", "requests_per_second"), marker="s", label="goodput/s")
     twin = ax.twinx()
-    twin.plot(x, _series(levels, "output_token_throughput"), marker="^", color="tab:green",
-              label="output tokens/s")  # fmt: skip
+    twin.plot(
+        x,
+        _series(levels, "output_token_throughput"),
+        marker="^",
+        color="tab:green",
+        label="output tokens/s",
+    )
     twin.set_ylabel("output tokens/s")
     path = directory / "throughput.png"
     paths.append(_finish(fig, ax, doc, "Throughput", "requests/s", path, twin))

@@ -25,7 +25,7 @@ from prober.bench import stats
 from prober.bench.config import BenchConfig, Mode
 from prober.bench.runner import LevelRun, SweepRun
 from prober.bench.watch import verdict
-from prober.estimate import PrefillBaseline
+from prober.capacity.own import PrefillBaseline
 from prober.result import RequestResult
 from prober.summary import result_summary
 from prober.timings import NS_PER_S, Slo
@@ -133,9 +133,23 @@ def summary_table(doc: dict[str, Any]) -> Table:
     loop = doc.get("environment", {}).get("event_loop")
     on = f" (client on {loop})" if loop else ""
     table = Table(title=f"llm-prober bench: {doc['config']['model']} at {doc['config']['url']}{on}")
-    for name in ("level", "ok/all", "req/s", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
-                 "ITL p99", "E2E p50", "goodput", "L", "λW", "L/λW", "λW/C",
-                 "client CPU"):  # fmt: skip
+    for name in (
+        "level",
+        "ok/all",
+        "req/s",
+        "tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "ITL p99",
+        "E2E p50",
+        "goodput",
+        "L",
+        "λW",
+        "L/λW",
+        "λW/C",
+        "client CPU",
+    ):
         table.add_column(name, justify="right")
     for lvl in doc["levels"]:
         little = lvl.get("littles_law", {})

@@ -2,9 +2,11 @@
 
 Every request goes through `Target.send` (calibrated, cache-busted prompts; `stream_request`
 underneath), so bench measures exactly what the daemon measures. Closed loop: C workers,
-each sending its next request the moment its last one ends (`t_sched = t_send`). Open loop:
-the daemon's `LoadDriver` (absolute Poisson or constant schedule), so latency counts from the
-scheduled instant and a slow server cannot slow the arrivals down.
+each sending its next request the moment its last one ends (`t_sched = t_send`), its lengths
+drawn from the sweep's seeded length distributions. Open loop: the daemon's `LoadDriver`
+(absolute Poisson, constant or gamma schedule, a rate schedule or a trace, see
+`BenchConfig.load_config`), so latency counts from the scheduled instant and a slow server
+cannot slow the arrivals down.
 
 Per level: `warmup` unrecorded requests (closed loop, at most the level's concurrency, one
 at a time for rate levels); then, still before the level's clock, a wave of unrecorded
@@ -19,8 +21,10 @@ worker builds its next prompt while its current request streams.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
+import random
 import statistics
 import time
 from collections import deque
@@ -29,14 +33,16 @@ from dataclasses import dataclass
 from itertools import islice
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
-from prober.arrivals import arrival_offsets
 from prober.bench.config import MAX_CONCURRENCY, BenchConfig, Level, Mode
 from prober.bench.watch import ClientLoad, ClientWatch
-from prober.load import LoadDriver
+from prober.load import LoadDriver, requests
+from prober.loadconfig import LoadConfig
+from prober.metrics import Metrics
 from prober.prompts import PromptBuilder
+from prober.record import Recorder
 from prober.result import RequestResult
-from prober.settings import LoadConfig
 from prober.targets import Target
 from prober.wire import client_session
 
@@ -79,24 +85,32 @@ class RepeatedPrompt(PromptBuilder):
 class PrefetchingPrompts(PromptBuilder):
     """The sweep's cache-busting builder, with prompts built ahead of their request.
 
-    A closed-loop worker calls `prefetch()` once its current request streams, so the
-    instant that request ends the next one's text is ready (~10 µs off the path from
-    `t_sched` to the write). A prefetched text uses the calibration of the moment it was
-    built, one request behind, which matters only before calibration settles. At most
-    `MAX_CONCURRENCY` texts wait: one per worker.
+    A closed-loop worker calls `prefetch()` with its next request's length once its current
+    request streams, so the instant that request ends the next one's text is ready (~10 µs
+    off the path from `t_sched` to the write). A prefetched text uses the calibration of the
+    moment it was built, one request behind, which matters only before calibration settles.
+    Texts wait by length, at most `MAX_CONCURRENCY` in all: one per worker.
     """
 
     def __init__(self) -> None:
         super().__init__(cache_bust=True)
-        self._ready: deque[tuple[int, tuple[str, int]]] = deque(maxlen=MAX_CONCURRENCY)
+        self._ready: dict[int, deque[tuple[str, int]]] = {}
+        self._waiting = 0
 
     def prefetch(self, tokens: int) -> None:
-        self._ready.append((tokens, super().build(tokens)))
+        if self._waiting < MAX_CONCURRENCY:
+            self._ready.setdefault(tokens, deque()).append(super().build(tokens))
+            self._waiting += 1
 
     def build(self, tokens: int) -> tuple[str, int]:
-        if self._ready and self._ready[0][0] == tokens:
-            return self._ready.popleft()[1]
-        return super().build(tokens)
+        ready = self._ready.get(tokens)
+        if not ready:
+            return super().build(tokens)
+        self._waiting -= 1
+        text = ready.popleft()
+        if not ready:
+            del self._ready[tokens]
+        return text
 
 
 def _mean_e2e(results: list[RequestResult]) -> float:
@@ -145,11 +159,22 @@ class BenchRunner:
         self.event_loop = event_loop
         self._freeze_heap = freeze_heap
         self.target = Target.from_config(cfg.target_config())
+        # The open loop's writer of the load series, on a registry nothing exposes (a sweep
+        # reports from its results): the daemon's driver, with no branch for "no metrics".
+        self._recorder = Recorder(Metrics(CollectorRegistry()))
         # Never seeded: a rerun with the same --seed must not send the prefixes the last run
         # left in the server's prompt cache (llama-server keeps past prompts in RAM).
         self.prompts: PromptBuilder = PrefetchingPrompts() if cfg.cache_bust else RepeatedPrompt()
         self._on_result = on_result or (lambda _: None)
         self._on_phase = on_phase or (lambda *_: None)
+        # The closed loop's lengths: one seeded stream for the sweep, drawn in send order (the
+        # open loop's, prober/load.py, is seeded alike).
+        self._rng = random.Random(f"lengths:{cfg.seed}")
+        self._prompt_lengths = cfg.input_len.sampler()
+        self._answer_lengths = cfg.output_len.sampler()
+
+    def _lengths(self) -> tuple[int, int]:
+        return self._prompt_lengths.draw(self._rng), self._answer_lengths.draw(self._rng)
 
     async def run(self) -> SweepRun:
         async with client_session() as session:
@@ -164,11 +189,12 @@ class BenchRunner:
         `_CALIBRATION_TOLERANCE` of the request, then the text is frozen.
         """
         cfg = self.cfg
+        tokens = cfg.nominal_input
         for _ in range(1 if cfg.cache_bust else _CALIBRATION_REQUESTS):
             result = await self.target.send(
                 session,
                 time.perf_counter_ns(),
-                prompt_tokens=cfg.input_len,
+                prompt_tokens=tokens,
                 max_tokens=1,
                 prompts=self.prompts,
             )
@@ -177,7 +203,7 @@ class BenchRunner:
                     f"pre-flight request to {cfg.url} failed ({result.outcome.value}): "
                     f"{result.error or 'no detail'}"
                 )
-            error = abs((result.prompt_tokens or 0) / cfg.input_len - 1)
+            error = abs((result.prompt_tokens or 0) / tokens - 1)
             if error <= _CALIBRATION_TOLERANCE:
                 break
         if isinstance(self.prompts, RepeatedPrompt):
@@ -229,13 +255,16 @@ class BenchRunner:
     async def _open_connections(self, session: aiohttp.ClientSession, width: int) -> int:
         """`width` one-token requests at once, unrecorded: each opens (or reuses) a pooled
         connection and carries a request over it, so the level starts on warm connections."""
-        cfg = self.cfg
+        tokens = self.cfg.nominal_input
 
         async def one() -> RequestResult:
             return await self.target.send(
-                session, time.perf_counter_ns(), prompt_tokens=cfg.input_len, max_tokens=1,
+                session,
+                time.perf_counter_ns(),
+                prompt_tokens=tokens,
+                max_tokens=1,
                 prompts=self.prompts,
-            )  # fmt: skip
+            )
 
         results = await asyncio.gather(*(one() for _ in range(width)))
         return sum(r.ok for r in results)
@@ -264,21 +293,25 @@ class BenchRunner:
         remaining = count
         deadline_ns = time.perf_counter_ns() + int((ramp + (duration or 0)) * 1e9)
         loop = asyncio.get_running_loop()
-        tokens = self.cfg.input_len
-
         prompts = self.prompts
 
-        def first_token() -> None:
-            # Once the request streams, and from the loop's queue rather than inside the read
-            # that carried the token: nothing is added before any write.
-            if isinstance(prompts, PrefetchingPrompts):
-                loop.call_soon(prompts.prefetch, tokens)
+        def on_first_token(upcoming: tuple[int, int]) -> Callable[[], None]:
+            def first_token() -> None:
+                # Once the request streams, and from the loop's queue rather than inside the
+                # read that carried the token: nothing is added before any write.
+                if isinstance(prompts, PrefetchingPrompts):
+                    loop.call_soon(prompts.prefetch, upcoming[0])
+
+            return first_token
 
         async def worker(i: int) -> None:
             nonlocal remaining
+            lengths = self._lengths()
             if ramp > 0:
                 await asyncio.sleep(i * ramp / concurrency)
-                await self._send(session, time.perf_counter_ns(), first_token)
+                upcoming = self._lengths()
+                await self._send(session, time.perf_counter_ns(), lengths, on_first_token(upcoming))
+                lengths = upcoming
             while True:
                 if remaining is not None:
                     if remaining <= 0:
@@ -286,7 +319,11 @@ class BenchRunner:
                     remaining -= 1
                 elif time.perf_counter_ns() >= deadline_ns:
                     return
-                result = await self._send(session, time.perf_counter_ns(), first_token)
+                upcoming = self._lengths()
+                result = await self._send(
+                    session, time.perf_counter_ns(), lengths, on_first_token(upcoming)
+                )
+                lengths = upcoming
                 results.append(result)
                 self._on_result(result)
 
@@ -297,14 +334,14 @@ class BenchRunner:
         self,
         session: aiohttp.ClientSession,
         t_sched_ns: int,
+        lengths: tuple[int, int],
         on_first_token: Callable[[], None],
     ) -> RequestResult:
-        cfg = self.cfg
         return await self.target.send(
             session,
             t_sched_ns,
-            prompt_tokens=cfg.input_len,
-            max_tokens=cfg.output_len,
+            prompt_tokens=lengths[0],
+            max_tokens=lengths[1],
             prompts=self.prompts,
             on_first_token=on_first_token,
         )
@@ -320,21 +357,14 @@ class BenchRunner:
             results.append(result)
             self._on_result(result)
 
-        load = LoadConfig(
-            rate=level.value,
-            arrival=cfg.arrival,
-            max_in_flight=cfg.max_in_flight,
-            prompt_tokens=cfg.input_len,
-            max_tokens=cfg.output_len,
-            seed=cfg.seed,
-        )
+        load = cfg.load_config(level.value)
         # The sweep's calibrated builder: the first open-loop prompts are already the right size.
         driver = LoadDriver(
-            session, self.target, load, None, on_result=record, prompts=self.prompts
+            session, self.target, load, self._recorder, on_result=record, prompts=self.prompts
         )
         started_ns = time.perf_counter_ns()
         driver.start()
-        await self._arrivals_done(driver, level, started_ns)
+        await self._arrivals_done(driver, load, started_ns)
         await driver.stop(cfg.timeout_seconds + 5)
         if cfg.num_requests is not None:
             # Under heavy client lag one arrival past the count may slip out: it was sent
@@ -343,16 +373,20 @@ class BenchRunner:
             del results[cfg.num_requests :]
         return results, driver.dropped
 
-    async def _arrivals_done(self, driver: LoadDriver, level: Level, started_ns: int) -> None:
+    async def _arrivals_done(self, driver: LoadDriver, load: LoadConfig, started_ns: int) -> None:
         cfg = self.cfg
         if cfg.duration_seconds is not None:
-            await asyncio.sleep(cfg.duration_seconds)
+            with contextlib.suppress(TimeoutError):  # or a schedule or trace ran out first
+                await asyncio.wait_for(driver.arrivals_done(), cfg.duration_seconds)
             return
         assert cfg.num_requests is not None
         # The schedule is seeded, so the N-th and (N+1)-th arrival instants are known: stop
         # halfway between them, then make sure the N-th has really gone out.
-        offsets = list(islice(arrival_offsets(cfg.arrival, level.value, cfg.seed),
-                              cfg.num_requests + 1))  # fmt: skip
+        arrivals = requests(load, self.target.config)
+        offsets = [r.offset for r in islice(arrivals, cfg.num_requests + 1)]
+        if len(offsets) <= cfg.num_requests:  # a schedule or trace that ends before N
+            await driver.arrivals_done()
+            return
         stop_at = started_ns + int((offsets[-2] + offsets[-1]) / 2 * 1e9)
         await asyncio.sleep(max(0.0, (stop_at - time.perf_counter_ns()) / 1e9))
         # LoadDriver has no send hook to wait on; this only spins when the loop ran late.

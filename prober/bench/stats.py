@@ -23,7 +23,7 @@ Definitions (docs/bench.md states them for users):
   workers that have sent their share leave fewer than C in flight, and by any client gap).
 - queue wait of a successful request: `W_q = (t_first_token − t_send) − prefill`, prefill
   being the server's own figure where it reports one, else the sweep's lower envelope of
-  time-to-first-token against prompt length (`estimate.PrefillBaseline`, as the daemon
+  time-to-first-token against prompt length (`capacity.own.PrefillBaseline`, as the daemon
   learns it); service time = E2E from send − W_q: what a slot is held for.
 - knee: the first level, in increasing load, whose TTFT p99 exceeds KNEE_TTFT_FACTOR × the
   lowest level's while output-token throughput grew less than KNEE_THROUGHPUT_GAIN over the
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prober import timings
-from prober.estimate import PrefillBaseline
+from prober.capacity.own import PrefillBaseline
 from prober.result import Outcome, RequestResult
 from prober.timings import NS_PER_S, Slo
 

@@ -13,6 +13,7 @@ from prober.settings import LoadConfig, TargetConfig
 from prober.targets import Target
 from prober.web import client_session
 from tests.integration.daemon import simulator
+from tests.support.results import recorder
 
 RATE = 20.0
 
@@ -33,7 +34,7 @@ async def test_constant_arrivals_follow_the_absolute_schedule() -> None:
 
     load = LoadConfig(rate=RATE, arrival="constant", max_in_flight=64, seed=1)
     async with simulator(slots=64, decode_step_seconds=0.005) as url, client_session() as session:
-        driver = LoadDriver(session, target(url), load, None, on_result=record)
+        driver = LoadDriver(session, target(url), load, recorder(), on_result=record)
         driver.start()
         await asyncio.wait_for(twenty.wait(), timeout=10)
         await driver.set_rate(0)  # no arrival after this
@@ -55,7 +56,7 @@ async def test_overdue_arrivals_are_sent_at_once_or_dropped_at_the_cap() -> None
     results: list[RequestResult] = []
     load = LoadConfig(rate=RATE, arrival="constant", max_in_flight=3, seed=1)
     async with simulator(slots=1, decode_step_seconds=0.2) as url, client_session() as session:
-        driver = LoadDriver(session, target(url), load, None, on_result=results.append)
+        driver = LoadDriver(session, target(url), load, recorder(), on_result=results.append)
         driver.start()
         peak = 0
         for _ in range(20):
@@ -77,7 +78,7 @@ async def test_arrivals_falling_due_together_respect_the_cap() -> None:
     """The loop stalls before any arrival ran: ten fall due at once, only the cap is sent."""
     load = LoadConfig(rate=RATE, arrival="constant", max_in_flight=3, seed=1)
     async with simulator(slots=1, decode_step_seconds=0.2) as url, client_session() as session:
-        driver = LoadDriver(session, target(url), load, None)
+        driver = LoadDriver(session, target(url), load, recorder())
         driver.start()
         await asyncio.sleep(0.01)  # the schedule has started; its first arrival is at 50 ms
         time.sleep(0.5)  # the loop is held: arrivals 1..10 are all overdue when it returns

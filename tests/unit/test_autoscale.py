@@ -5,6 +5,9 @@ the simulator's utilisation gauge. Plain numbers, no processes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
+import json
 import math
 from pathlib import Path
 
@@ -14,11 +17,22 @@ import yaml
 from prober.autoscale.hpa import Behavior, Hpa, ScalingPolicy, ScalingRules, desired_for_metric
 from prober.autoscale.policy import from_scaled_object, standard_policies
 from prober.autoscale.prometheus import scale_ranges
-from prober.autoscale.report import recovery, replica_seconds, ttft_p95_bins
-from prober.autoscale.trace import Segment, Trace, arrivals, standard
+from prober.autoscale.report import recovery, replica_seconds, summarize, table, ttft_p95_bins
+from prober.autoscale.trace import (
+    DIURNAL_DAY_SECONDS,
+    DIURNAL_MEAN_LOAD,
+    Segment,
+    Trace,
+    arrivals,
+    diurnal,
+    replayed,
+    standard,
+)
+from prober.autoscale.traffic import Spec, _schedule
 from prober.bench.keda import derive, scaled_object
 from prober.sim import SimConfig
 from prober.sim.engine import Engine
+from prober.workload import read_trace, resolve_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml"
@@ -100,6 +114,97 @@ def test_recovery_is_the_end_of_the_last_bin_over_the_slo() -> None:
     assert recovery(never, trace, slo=0.5, width=1.0) is None
     assert math.isinf(ttft_p95_bins(never, 0, 10, 5)[0][1] or 0)
     assert replica_seconds([(-5, 5), (2, 20)], 0, 10) == 13
+
+
+def test_the_diurnal_trace_is_the_shipped_day_with_its_bursts() -> None:
+    trace = diurnal()
+    assert trace.seconds == pytest.approx(DIURNAL_DAY_SECONDS)
+    assert trace.mean() == pytest.approx(DIURNAL_MEAN_LOAD)
+    assert trace.replay == "builtin:diurnal"
+    assert trace.replay_seconds >= 298  # the file's 300 s day, in whole bins
+    # bench/make_trace.py puts four 8-second bursts on the day: four runs of burst bins.
+    bursts = trace.spans("burst")
+    assert len(bursts) == 4
+    assert all(b - a <= 10 / 300 * DIURNAL_DAY_SECONDS + 1e-9 for a, b in bursts)
+    assert trace.spans("night")[0][0] == 0  # the day starts at night
+    peak_day = max(s.begin for s in trace.segments if s.name == "midday")
+    night = max(s.begin for s in trace.segments if s.name == "night")
+    assert peak_day > 2 * night
+    short = diurnal(0.5).compressed(10)
+    assert short.seconds == pytest.approx(DIURNAL_DAY_SECONDS / 20)
+    assert short.replay_seconds == trace.replay_seconds  # the file's own time, unscaled
+
+
+def test_a_replayed_trace_sends_the_files_requests_at_its_mean_load() -> None:
+    trace = diurnal(0.5).compressed(10)  # 90 s
+    capacity = 20.0
+    sent = list(replayed(trace, capacity, seed=3))
+    expected = trace.mean() * capacity * trace.seconds
+    assert abs(len(sent) - expected) < 0.05 * expected
+    offsets = [r.offset for r in sent]
+    assert offsets == sorted(offsets)
+    assert offsets[0] >= 0
+    assert offsets[-1] < trace.seconds
+    lines = list(read_trace(resolve_trace("builtin:diurnal")))
+    assert {(r.prompt_tokens, r.max_tokens) for r in sent} <= {
+        (line.input_length, line.output_length) for line in lines
+    }
+    # The envelope is the replay's: the burst bins get their share of the requests.
+    start, end = trace.spans("burst")[0]
+    in_burst = sum(start <= t < end for t in offsets)
+    assert in_burst > 2 * trace.mean() * capacity * (end - start)
+    assert [r.offset for r in replayed(trace, capacity, seed=3)] == offsets
+    # A line's copies are spread before the next line, never sent at one instant.
+    assert len(set(offsets)) == len(offsets)
+
+
+def test_phases_of_several_spans_are_summarised_together() -> None:
+    trace = Trace(
+        (Segment("x", 10, 1, 1), Segment("burst", 5, 3, 3), Segment("x", 10, 1, 1),
+         Segment("burst", 5, 3, 3)),
+        columns=("x", "burst"), recovery_phase="burst",
+    )  # fmt: skip
+    assert trace.spans("burst") == [(10, 15), (25, 30)]
+    assert trace.spans("x") == [(0, 10), (15, 25)]
+    records = [{"sched": float(t), "outcome": "ok", "ttft": 1.0 if 25 <= t < 30 else 0.1}
+               for t in range(30)]  # fmt: skip
+    run = {"policy": "p", "requests": records, "replicas": [(0.0, 30.0)],
+           "samples": [{"t": 12.0, "spec": 3}, {"t": 27.0, "spec": 5}]}  # fmt: skip
+    row = summarize(run, trace, slo=0.5, factor=1.0, bin_real=1.0)
+    assert row["goodput_by_phase"]["burst"] == 0.5  # 5 of the 10 burst requests were late
+    assert row["goodput_by_phase"]["x"] == 1.0
+    assert row["peak_replicas_by_phase"]["burst"] == 5
+    assert row["mean_replicas_by_phase"]["burst"] == 1.0
+    assert row["recovery_phase"] == "burst"
+    assert row["recovery_seconds"] == 0.0  # the first burst was met
+    head = table([row], trace).splitlines()[0]
+    assert (
+        head
+        == "| policy | goodput | x | burst | replica-s | mean replicas | peak | burst recovery |"
+    )
+
+
+def test_the_traffic_process_sends_a_replay_with_its_lengths(tmp_path: Path) -> None:
+    trace = diurnal(0.5).compressed(10)
+    raw = {
+        "trace": [dataclasses.asdict(s) for s in trace.segments], "replay": trace.replay,
+        "replay_seconds": trace.replay_seconds, "output_scale": 0.1, "capacity": 5.0,
+        "prompt_tokens": 512, "max_tokens": 16, "endpoints": str(tmp_path / "e"),
+        "out": str(tmp_path / "o"), "seed": 1, "timeout": 6.0, "endpoints_refresh": 0.1,
+    }  # fmt: skip
+    (tmp_path / "spec.json").write_text(json.dumps(raw))
+    spec = Spec.load(tmp_path / "spec.json")
+    assert spec.trace.replay == "builtin:diurnal"
+    assert spec.output_scale == 0.1
+    bodies = [json.loads(body) for _, body in itertools.islice(_schedule(spec), 200)]
+    answers = [b["max_tokens"] for b in bodies]
+    assert min(answers) >= 1
+    assert max(answers) <= 116  # the file's longest, 1,153, over 10
+    assert len({len(b["messages"][0]["content"]) for b in bodies}) > 20  # mixed prompts
+    plain = Spec.load(tmp_path / "spec.json")
+    plain = dataclasses.replace(plain, trace=Trace(trace.segments))
+    first = next(_schedule(plain))[1]
+    assert json.loads(first)["max_tokens"] == 16  # the profile's one shape
 
 
 def bench_report(floor: float = 0.1) -> dict[str, object]:

@@ -293,9 +293,15 @@ def parse(*argv: str) -> argparse.Namespace:
     ("argv", "message"),
     [
         (("--concurrency", "0"), "--concurrency: each must be an integer 1..10000, got 0"),
-        (("--concurrency", "1,x"), "--concurrency: expected integers separated by commas"),
+        (
+            ("--concurrency", "1,x"),
+            "--concurrency: must be integers separated by commas, got '1,x'",
+        ),
         (("--concurrency", "4,2"), "--concurrency: levels must be strictly increasing"),
-        (("--mode", "rate", "--levels", "a,b"), "--levels: expected numbers separated by commas"),
+        (
+            ("--mode", "rate", "--levels", "a,b"),
+            "--levels: must be numbers separated by commas, got 'a,b'",
+        ),
         (("--mode", "rate", "--levels", "1,-2"), "--levels: each rate must be in (0, 10000]"),
         (
             (
@@ -306,8 +312,8 @@ def parse(*argv: str) -> argparse.Namespace:
         ),
         (("--input-len", "-5"), "--input-len: must be at least 1, got -5"),
         (("--output-len", "0"), "--output-len: must be at least 1, got 0"),
-        (("--warmup", "x"), "--warmup: expected an integer, got 'x'"),
-        (("--slo-ttft", "0"), "--slo-ttft: must be a number greater than 0"),
+        (("--warmup", "x"), "--warmup: must be an integer, got 'x'"),
+        (("--slo-ttft", "0"), "--slo-ttft: must be greater than 0, got 0.0"),
         (("--num-requests", "4"), "--num-requests: 4 is below the largest concurrency 8"),
         (("--duration", "5", "--num-requests", "9"), "--num-requests / --duration: give exactly"),
         (("--capacity-goodput", "1.5"), "--capacity-goodput: must be in (0, 1]"),

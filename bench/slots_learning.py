@@ -1,0 +1,82 @@
+"""How often the slots learned from pairs of probes miss, in a model of the pairs' jumps.
+
+A pair's jump is β·(1 + Δf): one more sequence (the companion), plus the foreign requests
+that joined (Δf > 0) or left (Δf < 0) while its gaps were read; some land between clusters
+(a change in the middle of the gaps a jump is read from), and each carries the gaps' noise.
+The mixture below is the one the simulator's foreign-traffic test shows at half load
+(2026-12-03: of 16 pairs a run, about a quarter near 0, a third near β, a quarter near 2β,
+the rest between). Each learning reads `1 + (gap_full − α) / β` with β from `one_more`
+(seeded at the jumps' mean) and, for comparison, from the same cluster search seeded at their
+median (the estimator before 2026-12-03). Prints the share of learnings that miss the slots.
+
+    .venv/bin/python bench/slots_learning.py [--trials 4000] [--slots 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from collections.abc import Callable
+
+from prober.capacity.probes import cluster_centre, one_more
+
+BETA_MS = 6.0  # the simulator's decode slowdown: 0.3 × its 20 ms step
+
+
+def _jumps(rng: random.Random, n: int, p_left: float, p_joined: float, noise: float) -> list[float]:
+    out = []
+    for _ in range(n):
+        u = rng.random()
+        if u < p_left:
+            jump = 0.0
+        elif u < p_left + p_joined:
+            jump = 2 * BETA_MS
+        elif u < 0.85:
+            jump = BETA_MS
+        else:  # between clusters
+            jump = rng.uniform(-BETA_MS, 3 * BETA_MS)
+        out.append(jump + rng.gauss(0.0, noise))
+    return out
+
+
+def _median_seeded(jumps: list[float]) -> float | None:
+    return cluster_centre(jumps, statistics.median(jumps))
+
+
+def miss_rate(
+    estimator: Callable[[list[float]], float | None], rng: random.Random, trials: int,
+    pairs: int, slots: int, p_left: float, p_joined: float, noise: float,
+) -> float:  # fmt: skip
+    span = BETA_MS * (slots - 1)  # gap_full − α
+    misses = 0
+    for _ in range(trials):
+        beta = estimator(_jumps(rng, pairs, p_left, p_joined, noise))
+        misses += beta is None or round(1 + span / beta) != slots
+    return misses / trials
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trials", type=int, default=4000)
+    p.add_argument("--slots", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    print(f"slots {args.slots}, β {BETA_MS} ms, {args.trials} learnings a row; share missed")
+    print(f"{'left/joined':>12} {'noise ms':>8} {'pairs':>5} {'median seed':>11} {'mean seed':>9}")
+    for p_left, p_joined in ((0.25, 0.25), (0.32, 0.18), (0.18, 0.32)):
+        for noise in (0.3, 1.0):
+            for pairs in (15, 40):
+                rates = [
+                    miss_rate(est, rng, args.trials, pairs, args.slots, p_left, p_joined, noise)
+                    for est in (_median_seeded, one_more)
+                ]
+                print(
+                    f"{p_left:5.2f}/{p_joined:<6.2f} {noise:8.1f} {pairs:5d} "
+                    f"{rates[0]:11.3f} {rates[1]:9.3f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
