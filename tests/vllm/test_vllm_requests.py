@@ -1,0 +1,116 @@
+"""One request at a time against a real vLLM, each judged by vLLM's own counters.
+
+The test reads vLLM's `/metrics` before and after each request (nothing else is sent to it
+meanwhile) and compares the prober's figures with the change:
+- TTFT with `vllm:time_to_first_token_seconds` (its sum grows by the one request's): the
+  probe's is the server's plus a small, positive client and network part;
+- TPOT with `vllm:request_time_per_output_token_seconds` (the one request's decode time over
+  its tokens after the first, TPOT's own definition). vLLM's `inter_token_latency_seconds`
+  is printed beside it, not judged: it is observed once per engine output that carried new
+  tokens (vLLM's `IterationStats.update_from_output`), so an output that carries two counts
+  one gap. A full suite once read a mean gap of 0.191 s for a probe TPOT of 0.095 s, twice
+  it, in one probe of five (the per-request figure was not read then);
+- usage-based prompt and output tokens with `vllm:prompt_tokens_total` /
+  `vllm:generation_tokens_total`;
+- finish reasons with `vllm:request_success_total{finished_reason}`.
+The lone probe runs as `llm-prober probe --json` in a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import aiohttp
+import pytest
+
+from prober.request import Api, RequestSpec, stream_request
+from prober.result import Outcome, RequestResult
+from prober.wire import client_session
+from tests.support.vllm import MODEL_NAME, engine_samples, log_tail, total
+
+pytestmark = pytest.mark.vllm
+# The client's part of TTFT on loopback: the HTTP exchange, vLLM's chat template and
+# tokenisation before its clock starts, the first event's way back. Measured here (five
+# probes, 2 cores): +2.9 to +6.1 ms; the bound leaves room for a shared machine.
+CLIENT_PART_SECONDS = 0.050
+# TPOT against vLLM's per-request TPOT: the same decode, stamped at either end of one socket
+# (equal to a tenth of a millisecond here).
+TPOT_TOLERANCE = 0.05  # a twentieth of vLLM's figure, or
+TPOT_SLACK_SECONDS = 0.002  # 2 ms, whichever is larger
+
+
+async def _probe_cli(vllm: str, max_tokens: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "prober.cli", "probe", "--url", f"{vllm}/v1", "--model",
+        MODEL_NAME, "--prompt-tokens", "32", "--max-tokens", str(max_tokens), "--json",
+    ]  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return summary
+
+
+async def test_lone_probe_ttft_and_tpot_match_vllms_own(vllm: str) -> None:
+    rows = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(5):
+            before = await engine_samples(session, vllm)
+            probe = await _probe_cli(vllm, max_tokens=12)
+            after = await engine_samples(session, vllm)
+            assert probe["outcome"] == "ok", (probe, log_tail())
+            ttft = total(after, before, "vllm:time_to_first_token_seconds_sum")
+            assert total(after, before, "vllm:time_to_first_token_seconds_count") == 1
+            per_token = "vllm:request_time_per_output_token_seconds"
+            assert total(after, before, f"{per_token}_count") == 1
+            server_tpot = total(after, before, f"{per_token}_sum")
+            gaps = total(after, before, "vllm:inter_token_latency_seconds_count")
+            itl = total(after, before, "vllm:inter_token_latency_seconds_sum") / gaps
+            rows.append((probe["ttft_seconds"], ttft, probe["tpot_seconds"], server_tpot, itl))
+    table = "\n".join(
+        f"probe TTFT {p:.4f} vLLM {s:.4f} (+{1e3 * (p - s):.1f} ms)   "
+        f"TPOT {t:.4f} vLLM {v:.4f} (its mean ITL {i:.4f})"
+        for p, s, t, v, i in rows
+    )
+    print("\n" + table, flush=True)
+    for probe_ttft, server_ttft, tpot, server_tpot, _ in rows:
+        assert 0 < probe_ttft - server_ttft < CLIENT_PART_SECONDS, table
+        bound = max(TPOT_TOLERANCE * server_tpot, TPOT_SLACK_SECONDS)
+        assert abs(tpot - server_tpot) <= bound, table
+
+
+async def _one(vllm: str, max_tokens: int, extra_body: dict[str, object]) -> RequestResult:
+    spec = RequestSpec(
+        f"{vllm}/v1", Api.CHAT, MODEL_NAME, "count the stars tonight", max_tokens,
+        extra_body=extra_body,
+    )  # fmt: skip
+    async with client_session() as session:
+        return await stream_request(session, spec, 0)
+
+
+# `length`: ignore_eos generates every token asked for. `stop`: min_tokens holds the end of
+# sequence back for three tokens, then a logit bias makes it certain (Gemma's EOS is id 1).
+CASES = [
+    ("length", 6, {"ignore_eos": True}),
+    ("stop", 32, {"min_tokens": 3, "logit_bias": {"1": 100}}),
+]
+
+
+@pytest.mark.parametrize(("reason", "max_tokens", "extra_body"), CASES, ids=[c[0] for c in CASES])
+async def test_tokens_and_finish_reason_match_vllms_counters(
+    vllm: str, reason: str, max_tokens: int, extra_body: dict[str, object]
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        before = await engine_samples(session, vllm)
+        result = await _one(vllm, max_tokens, extra_body)
+        after = await engine_samples(session, vllm)
+    assert result.outcome is Outcome.OK, (result.error, log_tail())
+    assert result.token_source.value == "usage"
+    assert result.output_tokens == total(after, before, "vllm:generation_tokens_total")
+    assert result.prompt_tokens == total(after, before, "vllm:prompt_tokens_total")
+    assert result.finish_reason.value == reason
+    finished = total(after, before, "vllm:request_success_total", finished_reason=reason)
+    assert finished == 1, log_tail()
+    assert total(after, before, "vllm:request_success_total") == 1
