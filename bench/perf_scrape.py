@@ -15,8 +15,9 @@ timings), which fills every histogram's buckets, exemplars included, then times,
   trip on loopback, through the daemon's handler and through `make_aiohttp_handler`.
 
 Each figure is the median of `--repeats` medians of 30 renders, and the ratio column is
-library ÷ daemon for the same format. A render runs on the event loop: while it runs no
-token is stamped, so its time is also the worst stall a scrape adds to a measurement.
+library ÷ daemon for the same format. The renders here run in one go, as the on-loop
+handler ran them; the daemon formats them off the loop, one render for all the scrapes that
+arrive while it is in progress (`prober/scrapes.py`, measured by `perf_scrape_storm.py`).
 """
 
 from __future__ import annotations

@@ -231,6 +231,49 @@ def queue_and_health_panels() -> list[tuple[Panel, int, int]]:
     ]
 
 
+VLLM = '{model_name=~"$model"}'
+
+
+def vllm_quantile(metric: str, quant: str) -> str:
+    """A quantile of one of vLLM's own per-request histograms, per served model."""
+    return (
+        f"histogram_quantile({quant}, sum by (model_name, le) "
+        f"(rate({metric}_bucket{VLLM}[{RI}])))"
+    )
+
+
+def vllm_panels() -> list[tuple[Panel, int, int]]:
+    """vLLM's own figures beside the probes', where Prometheus scrapes vLLM too (its series
+    carry `model_name`, the served model: the `model` of a target that names it)."""
+    probe_ttft = (
+        f"histogram_quantile(0.95, sum by (target, le) "
+        f'(rate(llmprober_ttft_seconds_bucket{{{SEL}, mode="probe"}}[{RI}])))'
+    )
+    return [
+        (row("The engine's own view (vLLM, where Prometheus scrapes it)"), 24, 1),
+        (timeseries("TTFT p95: vLLM's own and the probes'", [
+            q(vllm_quantile("vllm:time_to_first_token_seconds", "0.95"),
+              "{{model_name}} vLLM", "A"),
+            q(probe_ttft, "{{target}} probes", "B"),
+        ], "s", "vLLM's TTFT starts when its API server has the request; the probes' at the "
+           "scheduled send: the gap is the network, the HTTP exchange and tokenisation."), 8, 8),
+        (timeseries("vLLM queue time and inter-token latency", [
+            q(vllm_quantile("vllm:request_queue_time_seconds", "0.95"),
+              "{{model_name}} queue time p95", "A"),
+            q(vllm_quantile("vllm:inter_token_latency_seconds", "0.5"),
+              "{{model_name}} ITL p50", "B"),
+        ], "s", "Time requests waited in vLLM's scheduler, and its median token gap: compare "
+           "with the estimated queue wait and the probes' TPOT."), 8, 8),
+        (timeseries("vLLM requests waiting and running", [
+            q(f"sum by (model_name) (vllm:num_requests_waiting{VLLM})",
+              "{{model_name}} waiting", "A"),
+            q(f"sum by (model_name) (vllm:num_requests_running{VLLM})",
+              "{{model_name}} running", "B"),
+        ], "short", "vLLM's gauges as Prometheus scrapes them; the Queue row shows the same "
+           "through llm-prober (source=server) beside its estimate."), 8, 8),
+    ]
+
+
 def capacity_panels() -> list[tuple[Panel, int, int]]:
     th = keda_thresholds()
     q_th, in_th, ttft_th = th["queue-waiting"], th["in-system"], th["ttft-p95"]
@@ -320,7 +363,7 @@ def overview() -> dict[str, Any]:
     """How the endpoints feel to users: latency, goodput, outcomes, traffic, queue."""
     panels = (
         latency_panels() + outcome_and_traffic_panels() + stream_panels()
-        + queue_and_health_panels()
+        + queue_and_health_panels() + vllm_panels()
     )  # fmt: skip
     return dashboard(
         "llm-prober-overview",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import socket
 import sys
@@ -19,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from prober import __version__
 from prober.logs import get_logger, setup_logging
-from prober.prompts import PromptBuilder
-from prober.request import Api, RequestSpec, Timeouts, stream_request
-from prober.settings import ConfigError, ServerConfig, check_api_key, load_settings
+from prober.request import Api
+from prober.settings import ConfigError, ServerConfig, TargetConfig, load_settings
 from prober.summary import result_summary
+from prober.targets import Target
+from prober.validation import bound, describe, field_path, wrong
 from prober.wire import client_session
 
 EXIT_USAGE = 2
@@ -35,9 +36,9 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(wrong("an integer", text)) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        raise argparse.ArgumentTypeError(bound("at least", 1, value))
     return value
 
 
@@ -45,9 +46,9 @@ def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(wrong("a number", text)) from None
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        raise argparse.ArgumentTypeError(bound("greater than", 0, value))
     return value
 
 
@@ -55,9 +56,10 @@ def _port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+        raise argparse.ArgumentTypeError(wrong("a port number", text)) from None
     if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535, got {value}")
+        relation, limit = ("at least", 0) if value < 0 else ("at most", 65535)
+        raise argparse.ArgumentTypeError(bound(relation, limit, value))
     return value
 
 
@@ -155,13 +157,19 @@ def run_daemon(config: Path | None) -> int:
     loop.add_signal_handler(
         signal.SIGHUP, lambda: log.info("sighup_ignored", note="restart to change the config")
     )
+    _stop_on_signals(loop, log, server.grace_seconds)
     app = build_app(settings)
     web_config = app[WEB_CONFIG]
     tune_gc()  # after start-up allocated its long-lived objects
     log.info(
-        "starting", version=__version__, listen=server.listen, targets=len(settings.targets),
-        tls=web_config.tls, basic_auth=bool(web_config.users), event_loop=loop_name,
-    )  # fmt: skip
+        "starting",
+        version=__version__,
+        listen=server.listen,
+        targets=len(settings.targets),
+        tls=web_config.tls,
+        basic_auth=bool(web_config.users),
+        event_loop=loop_name,
+    )
     web.run_app(
         app,
         loop=loop,
@@ -171,9 +179,36 @@ def run_daemon(config: Path | None) -> int:
         access_log=None,
         shutdown_timeout=server.grace_seconds,
         handler_cancellation=True,
+        handle_signals=False,  # ours (`_stop_on_signals`): one drain, whatever follows
     )
+    # Closing the loop restored the default handlers: a signal from here on is ignored too.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     log.info("stopped")
     return 0
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop_on_signals(loop: asyncio.AbstractEventLoop, log: Any, grace_seconds: float) -> None:
+    """SIGTERM or SIGINT starts the one drain; any later one, in any order, is only logged.
+
+    aiohttp's own handlers raise `GracefulExit` on every signal: a second one during the
+    drain raised it again inside the jobs being drained (exit 1, two tracebacks)."""
+    stopping = False
+
+    def on_signal(signum: signal.Signals) -> None:
+        nonlocal stopping
+        if stopping:
+            log.info("stop_signal_ignored", signal=signum.name, note="already draining")
+            return
+        stopping = True
+        log.info("stop_signal", signal=signum.name, grace_seconds=grace_seconds)
+        raise web.GracefulExit
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
 
 
 def listen_addresses(server: ServerConfig) -> list[tuple[Any, ...]]:
@@ -225,26 +260,54 @@ def _sim(args: argparse.Namespace) -> int:
     return 0
 
 
+# A `probe` flag for each target field it sets: a fault names the flag the user typed.
+_PROBE_FLAGS = {
+    "url": "--url",
+    "model": "--model",
+    "api": "--api",
+    "prompt_tokens": "--prompt-tokens",
+    "max_tokens": "--max-tokens",
+    "api_key_env": "--api-key-env",
+    "timeouts.first_token_seconds": "--timeout",
+    "timeouts.total_seconds": "--timeout",
+}
+
+
+def probe_target(args: argparse.Namespace) -> Target:
+    """The target `probe` sends to, validated as a configured one is (URL, timeouts, TLS, API
+    key): `probe`, `run` and `bench` build their targets the same way, by
+    `Target.from_config`. A fault is a `ConfigError` naming the flag."""
+    fields = {
+        "name": "probe",
+        "url": args.url,
+        "model": args.model,
+        "api": args.api,
+        "prompt_tokens": args.prompt_tokens,
+        "max_tokens": args.max_tokens,
+        "api_key_env": args.api_key_env,
+        "timeouts": {"first_token_seconds": args.timeout, "total_seconds": args.timeout},
+    }
+    try:
+        cfg = TargetConfig.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = field_path(err["loc"])
+        raise ConfigError([f"{_PROBE_FLAGS.get(where, where)}: {describe(err)}"]) from None
+    try:
+        return Target.from_config(cfg)
+    except ConfigError as exc:  # the key's faults name the field: name the flag
+        raise ConfigError(
+            [p.replace("api_key_env:", "--api-key-env:", 1) for p in exc.problems]
+        ) from None
+
+
 async def _probe(args: argparse.Namespace) -> int:
-    headers: dict[str, str] = {}
-    if args.api_key_env:
-        key = os.environ.get(args.api_key_env, "").strip()
-        if not key:
-            raise ConfigError([f"--api-key-env: environment variable {args.api_key_env} is unset"])
-        check_api_key(key, "--api-key-env", f"environment variable {args.api_key_env}")
-        headers["Authorization"] = f"Bearer {key}"
-    prompt, _ = PromptBuilder().build(args.prompt_tokens)
-    spec = RequestSpec(
-        base_url=args.url,
-        api=Api(args.api),
-        model=args.model,
-        prompt=prompt,
-        max_tokens=args.max_tokens,
-        timeouts=Timeouts(total_seconds=args.timeout, first_token_seconds=args.timeout),
-        headers=headers,
-    )
+    # The result says what the daemon's warnings would (its token source, say): stdout is the
+    # result alone, stderr only an error.
+    setup_logging("auto", "error", stream=sys.stderr)
+    target = probe_target(args)
     async with client_session() as session:
-        result = await stream_request(session, spec, time.perf_counter_ns())
+        result = await target.send(session, time.perf_counter_ns())
     summary = result_summary(result)
     if args.json:
         print(json.dumps(summary))

@@ -13,8 +13,9 @@ format (0.0.4 and 1.0.0) and OpenMetrics 1.0.0 (exemplars included), with `under
 `allow-utf-8` escaping: the encoders are the identity on legacy names under both. Any other
 collector (the capacity collector's families) is rendered by prometheus-client's encoder, a
 collector at a time, in its place; any other request (`name[]` filter, another format or
-escaping) goes to `make_aiohttp_handler` itself. tests/unit/test_exposition.py holds the two
-outputs equal, byte for byte, over generated registries.
+escaping) goes to `make_aiohttp_handler` itself (`scrapes.py` serves `/metrics`).
+tests/unit/test_exposition.py holds the two outputs equal, byte for byte, over generated
+registries.
 
 This reads prometheus-client internals (`_metrics`, `_buckets`, `_value`, `_created`, the
 registry's collector list). A shape it does not know turns the fast path off for that metric
@@ -33,13 +34,10 @@ from importlib import metadata
 from itertools import accumulate
 from typing import Any
 
-from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler
 from prometheus_client import Counter, Gauge, Histogram, exposition
 from prometheus_client import metrics as client_metrics
 from prometheus_client import validation as client_validation
 from prometheus_client import values as client_values
-from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString as _go_string
@@ -155,10 +153,8 @@ class _Family:
             self.series[labelvalues] = series
         return series
 
-    def render(self, out: list[str], form: str) -> bool:
-        children = self.children()
-        if children is None:
-            return False
+    def render(self, out: list[str], form: str, children: list[tuple[Any, Any]]) -> None:
+        """Append the family in `form`, its children as `children()` read them."""
         if len(self.series) > len(children):  # children were removed: forget their prefixes
             keep = {labelvalues for labelvalues, _ in children}
             self.series = {k: v for k, v in self.series.items() if k in keep}
@@ -167,7 +163,6 @@ class _Family:
             self._text(out, children, created)
         else:
             self._openmetrics(out, children, created)
-        return True
 
     def _append(self, out: list[str], series: _Series, exemplars: bool) -> None:
         # Values are read as `MutexValue._value`, without its lock: a float attribute read is
@@ -243,8 +238,21 @@ def _installed(distribution: str) -> str:
         return "unknown"
 
 
+# What a render needs from the event loop's side, in the registry's order: each collector
+# the fast path renders, with its children as read then, or the text the library rendered.
+Plan = list[str | tuple[_Family, list[tuple[tuple[str, ...], Any]]]]
+
+
 class FastExposition:
     """Renders a registry as prometheus-client would; `None` where it cannot vouch for that.
+
+    A render is two steps. `plan` runs where the metrics are updated (the event loop): it
+    reads the registry's collectors and each family's children under their locks, and has
+    the library render any other collector there (a custom collector computes its values
+    from the loop's state). `assemble` formats the plan and may run in another thread: it
+    reads values without locks, as `_append` says, and touches no state but the families'
+    prefix caches, so one `assemble` at a time (`scrapes.py` has one worker). `render` does
+    both at once.
 
     `fallbacks` counts the renders that raised (and so returned None); the first is logged.
     """
@@ -274,11 +282,32 @@ class FastExposition:
 
     def render(self, form: str, escaping: str = openmetrics.UNDERSCORES) -> bytes | None:
         """The exposition in `form` (TEXT or OPENMETRICS 1.0.0), or None: ask the library."""
+        plan = self.plan(form, escaping)
+        return None if plan is None else self.assemble(plan, form)
+
+    def plan(self, form: str, escaping: str = openmetrics.UNDERSCORES) -> Plan | None:
+        """The loop's step of a render (see the class), or None: ask the library."""
         try:
-            return self._render(form, escaping)
+            return self._plan(form, escaping)
         except Exception as exc:
             # Private reads can fail in any way after an upgrade; the library's public path
             # still works, so this scrape is its (one output either way, never a 500).
+            self._fell_back(exc)
+            return None
+
+    def assemble(self, plan: Plan, form: str) -> bytes | None:
+        """The exposition from `plan`, or None (counted, as `plan`): ask the library."""
+        try:
+            out: list[str] = []
+            for part in plan:
+                if isinstance(part, str):
+                    out.append(part)
+                else:
+                    part[0].render(out, form, part[1])
+            if form == OPENMETRICS:
+                out.append(_EOF)
+            return "".join(out).encode()
+        except Exception as exc:
             self._fell_back(exc)
             return None
 
@@ -296,21 +325,22 @@ class FastExposition:
                 "llmprober_exposition_fallback_total, logged once",
             )
 
-    def _render(self, form: str, escaping: str) -> bytes | None:
+    def _plan(self, form: str, escaping: str) -> Plan | None:
         collectors = self.collectors()
         if collectors is None or escaping not in _ESCAPINGS:
             return None
         if len(self._families) > 2 * len(collectors):  # collectors unregistered over time
             live = {id(c) for c in collectors}
             self._families = {k: v for k, v in self._families.items() if k in live}
-        out: list[str] = []
+        plan: Plan = []
         for collector in collectors:
             family = self.family(collector)
-            if family is None or not family.render(out, form):
-                out.append(self._library(collector, form, escaping))
-        if form == OPENMETRICS:
-            out.append(_EOF)
-        return "".join(out).encode()
+            children = None if family is None else family.children()
+            if family is None or children is None:
+                plan.append(self._library(collector, form, escaping))
+            else:
+                plan.append((family, children))
+        return plan
 
     @staticmethod
     def _library(collector: Collector, form: str, escaping: str) -> str:
@@ -336,25 +366,3 @@ def negotiate(accept: str) -> tuple[str | None, str, str]:
     if func is openmetrics.generate_latest and version.split(".")[0] == "1":
         return OPENMETRICS, escaping, content_type
     return None, escaping, content_type
-
-
-def metrics_handler(registry: CollectorRegistry) -> Handler:
-    """`make_aiohttp_handler(registry)`, rendered by `FastExposition` where it can vouch.
-
-    Declares `llmprober_exposition_fallback_total` on `registry`: one handler per registry.
-    """
-    library = make_aiohttp_handler(registry)
-    fast = FastExposition(registry, fallback_counter(registry))
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        if "name[]" in request.query:
-            return await library(request)
-        form, escaping, content_type = negotiate(",".join(request.headers.getall(hdrs.ACCEPT, [])))
-        body = fast.render(form, escaping) if form is not None else None
-        if body is None:
-            return await library(request)
-        response = web.Response(body=body, headers={hdrs.CONTENT_TYPE: content_type})
-        response.enable_compression()
-        return response
-
-    return handler

@@ -29,9 +29,13 @@ class Engine(StrEnum):
     tgi = "tgi"
 
 
-# Open-loop arrivals: exponential gaps or evenly spaced.
-Arrival = Literal["poisson", "constant"]
+# Open-loop arrivals: exponential gaps, evenly spaced, or gamma gaps (shape = burstiness).
+Arrival = Literal["poisson", "constant", "gamma"]
 ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
+
+# Distributions of prompt and answer lengths in tokens (prober/workload.py).
+LengthDist = Literal["fixed", "uniform", "normal", "lognormal", "empirical"]
+LENGTH_DISTS: tuple[LengthDist, ...] = get_args(LengthDist)
 
 # auto: uvloop when installed (prober/runtime.py).
 EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
@@ -50,3 +54,13 @@ LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 # The delta field the simulator streams reasoning tokens in (llama-server's, vLLM's).
 ReasoningField = Literal["reasoning_content", "reasoning"]
 REASONING_FIELDS: tuple[ReasoningField, ...] = get_args(ReasoningField)
+
+
+class Basis(StrEnum):
+    """What a target's queue estimate rests on, best first."""
+
+    SERVER = "server"
+    OWN_LOAD = "own_load"
+    PROBES_HINT = "probes_hint"
+    PROBES_LEARNED = "probes_learned"
+    NONE = "none"

@@ -116,12 +116,17 @@ class Metrics:
         if slo.ttfo_seconds is not None:
             self.slo_ttfo.labels(*key).set(slo.ttfo_seconds)
         self.probe_interval.labels(*key).set(interval_seconds)
-        probe = labels.with_mode("probe")
+        self.expect(labels, "probe")
+
+    def expect(self, labels: Labels, mode: str) -> None:
+        """Every outcome and finish reason of `mode` at 0 from now: a first failure is then
+        an increase from 0, which `increase()` and `rate()` see (no `_created` series)."""
+        key = labels.with_mode(mode)
         for outcome in Outcome:
-            self.requests.labels(*probe, outcome.value)
+            self.requests.labels(*key, outcome.value)
         for reason in FinishReason:
-            self.finish_reasons.labels(*probe, reason.value)
-        self.without_answer.labels(*probe)
+            self.finish_reasons.labels(*key, reason.value)
+        self.without_answer.labels(*key)
 
     def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
         """Observe one result; return whether it was good (within SLO).

@@ -13,11 +13,24 @@ Calibration is bounded, because the count comes from the server: a report whose 
 outside [0.25, 8] tokens per word (a server that always says 1, or 10**15) is ignored and
 counted in `rejected`, and the ratio itself stays in that range, so a prompt never exceeds
 four words per requested token (plus the instruction) whatever the server reports.
+
+Shared prefixes (`build_shared`, for replayed traces): the prompt starts with one block of
+text per hash id, so requests whose leading ids agree share their leading text and an
+engine's prefix cache sees the sharing the trace describes. A block is `block_tokens` words
+of the vocabulary (one token each in the usual vocabularies), the same for an id every time:
+it is not resized by the calibration, which would change its text from one request to the
+next. The prompt as a whole is still sized by the calibration: the blocks are cut, or
+followed by words of the request's own, to reach the requested length, and the instruction
+ends it. Cache-busting salts every block with a value drawn once per builder, so a new run
+never hits what an earlier one left in the cache; without it the blocks are the same in
+every run.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+from dataclasses import dataclass
 
 # Common English words, each one token in the usual BPE / SentencePiece vocabularies, so the
 # tokens-per-word ratio stays nearly constant whatever words are drawn.
@@ -53,6 +66,19 @@ MIN_TOKENS_PER_WORD = 0.25
 MAX_TOKENS_PER_WORD = 8.0
 
 
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """The blocks a prompt starts with: one per id, each `block_tokens` words."""
+
+    hash_ids: tuple[int, ...]
+    block_tokens: int
+
+
+@functools.lru_cache(maxsize=512)  # ~2 MB at 512-word blocks; popular prefixes stay built
+def _block(seed: int, words: int) -> tuple[str, ...]:
+    return tuple(random.Random(seed).choices(_VOCABULARY, k=words))
+
+
 class PromptBuilder:
     """Build prompts for one target; `observe()` feeds back the server's prompt token count."""
 
@@ -61,6 +87,8 @@ class PromptBuilder:
         self._rng = random.Random(seed)
         self._tokens_per_word = _INITIAL_TOKENS_PER_WORD
         self.rejected = 0  # reports ignored as implausible
+        # Its own generator: the seeded sequence of busting words stays what it was.
+        self._salt = random.Random(seed).getrandbits(64) if cache_bust else 0
 
     @property
     def tokens_per_word(self) -> float:
@@ -85,6 +113,26 @@ class PromptBuilder:
         body = [_VOCABULARY[(i * 7919) % len(_VOCABULARY)] for i in range(body_words)]
         text = " ".join([*bust, _INSTRUCTION, *body]) if bust else " ".join([_INSTRUCTION, *body])
         return text, len(text.split())
+
+    def build_shared(self, tokens: int, prefix: SharedPrefix) -> tuple[str, int]:
+        """A prompt of about `tokens` tokens that starts with `prefix`'s blocks."""
+        n_words = self.words_for(tokens)
+        instruction = _INSTRUCTION.split()
+        room = max(0, n_words - len(instruction))
+        words: list[str] = []
+        for hash_id in prefix.hash_ids:
+            if len(words) >= room:
+                break
+            words.extend(_block(self._salt << 128 | hash_id, prefix.block_tokens))
+        del words[room:]
+        if len(words) < room:  # beyond the listed blocks: this request's own words
+            own = room - len(words)
+            if self._cache_bust:
+                words.extend(self._rng.choices(_VOCABULARY, k=own))
+            else:
+                words.extend(_VOCABULARY[(i * 7919) % len(_VOCABULARY)] for i in range(own))
+        text = " ".join([*words, *instruction])
+        return text, len(words) + len(instruction)
 
     def observe(self, words: int, prompt_tokens: int) -> bool:
         """Learn from the server's `usage.prompt_tokens` for a prompt of `words` words.

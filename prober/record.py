@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from prober import timings
-from prober.capacity import TargetCapacity
+from prober.capacity.target import TargetCapacity
 from prober.logs import get_logger
 from prober.metrics import Metrics
 from prober.result import Outcome, RequestResult
@@ -91,6 +91,30 @@ class Recorder:
         self.metrics = metrics
         self.capacity: Mapping[str, TargetCapacity] = capacity or {}
         self._wall_clock = wall_clock
+
+    def describe(self, target: Target) -> None:
+        """A target's configuration (SLOs, interval) and its probe outcomes at 0, at start."""
+        self.metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
+
+    def skipped(self, target: Target) -> None:
+        """A probe run not started (its cap still in flight, or missed)."""
+        labels = target.labels
+        self.metrics.probe_skipped.labels(labels.target, labels.model).inc()
+
+    def load_started(self, target: Target, rate: float) -> None:
+        """A target's background load began at `rate` arrivals/s; its outcomes from 0."""
+        labels = target.labels
+        self.metrics.load_target_rate.labels(labels.target, labels.model).set(rate)
+        self.metrics.expect(labels, "load")
+
+    def load_in_flight(self, target: Target, delta: int) -> None:
+        labels = target.labels
+        self.metrics.load_in_flight.labels(labels.target, labels.model).inc(delta)
+
+    def load_dropped(self, target: Target) -> None:
+        """An arrival not sent: the load's `max_in_flight` were all in flight."""
+        labels = target.labels
+        self.metrics.load_dropped.labels(labels.target, labels.model).inc()
 
     def record(self, target: Target, result: RequestResult, mode: Mode) -> None:
         """One finished request: metrics, the target's capacity, and its log line."""

@@ -1,5 +1,6 @@
 """One streamed request → `RequestResult`. With `body` (the response body) and `wire` (the
-session), the only modules that talk to the HTTP client.
+session), the only modules that stream completions (`capacity.server` scrapes engine `/metrics` with
+the same session).
 
 `stream_request` never raises for server or network faults: every fault becomes an outcome
 (docs/design.md §3). Only cancellation propagates. Stamps are taken before any parsing, so
@@ -28,26 +29,37 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
-from prober.body import BodyReader
+from prober.body import BodyReader, stream_bounds
+from prober.exchange import ExchangeMeter, ResponseTooLarge, bounded
 from prober.kinds import Api as Api  # re-exported: callers import it from here
-from prober.result import Outcome, RequestResult
-from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser, StreamError
-from prober.stream import InStreamError, StreamState, max_events
+from prober.logs import printable_line, safe_line
+from prober.result import ConnectionFacts, Outcome, RequestResult
+from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
+from prober.stream import InStreamError, StreamState, max_events, max_lines
 from prober.wire import SendStamp, arrival_clock, request_session
 
 _ERROR_BODY_BYTES = 2048
 _ERROR_BODY_SECONDS = 1.0  # an error body that trickles is cut here, not at the deadline
 _ERROR_CHARS = 200
+_RESULT_ERROR_CHARS = 300  # a prefix ("server error in stream: ") and a 200-character quote
 _STALE_WITHIN_SECONDS = 0.25
+_READ_BUFSIZE = 16 * 1024
 MAX_RETRY_AFTER_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    connect_seconds: float = 5.0
-    first_token_seconds: float = 60.0
-    idle_seconds: float = 30.0
-    total_seconds: float = 300.0
+    connect_seconds: float
+    first_token_seconds: float
+    idle_seconds: float
+    total_seconds: float
+
+
+# The one set of defaults: a target's `timeouts:` section (settings.TimeoutsConfig) takes its
+# defaults from here.
+DEFAULT_TIMEOUTS = Timeouts(
+    connect_seconds=5.0, first_token_seconds=60.0, idle_seconds=30.0, total_seconds=300.0
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +71,7 @@ class RequestSpec:
     model: str
     prompt: str
     max_tokens: int
-    timeouts: Timeouts = Timeouts()
+    timeouts: Timeouts = DEFAULT_TIMEOUTS
     headers: Mapping[str, str] = field(default_factory=dict)
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     ssl: ssl.SSLContext | bool = True
@@ -91,10 +103,98 @@ def request_body(spec: RequestSpec) -> dict[str, Any]:
     return body
 
 
-class _Phase(StrEnum):
-    CONNECT = "connect"
-    FIRST_TOKEN = "first_token"
-    STREAMING = "streaming"
+class Phase(StrEnum):
+    """Where an attempt stands: it decides what a timeout or a broken connection means."""
+
+    CONNECT = "connect"  # no response yet
+    FIRST_TOKEN = "first_token"  # a status line, no token yet
+    STREAMING = "streaming"  # a token came: a deadline now is the total's or a stall
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Where an attempt stood when a fault ended it: all `classify` reads besides the fault."""
+
+    phase: Phase
+    stream_done: bool  # the stream had reached its end (`[DONE]`, a finish, `done: true`)
+    total_reached: bool  # the total deadline had passed
+    may_retry: bool  # a first attempt whose connection failed within the stale window
+    timeouts: Timeouts
+
+
+class Next(StrEnum):
+    """What an attempt does with a fault that is no outcome of its own."""
+
+    CONCLUDE = "conclude"  # the stream had ended before it: the stream's own verdict stands
+    RETRY = "retry"  # a pooled connection the server was closing: send once more
+
+
+# Invalid JSON (ValueError, with StreamError and InStreamError) or an event of the wrong shape.
+_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+# Every fault an attempt turns into an outcome; anything else (cancellation) propagates.
+FAULTS = (TimeoutError, aiohttp.ClientError, OSError, *_MALFORMED)
+
+
+def classify(fault: BaseException, at: Attempt) -> tuple[Outcome, str] | Next:
+    """The outcome of a fault (one of `FAULTS`) that ended an attempt, and its error text
+    (docs/design.md §3). Pure; the kinds are tested in the order they nest (a certificate
+    failure is a connector error and a ValueError; aiohttp's connect timeout a TimeoutError)."""
+    if isinstance(fault, ResponseTooLarge):  # past a bound of the exchange: cut, closed
+        if at.stream_done:  # what came after the end went past it
+            return Next.CONCLUDE
+        return Outcome.PROTOCOL_ERROR, f"response cut: {fault}"
+    if isinstance(fault, TimeoutError):
+        if at.stream_done:  # the deadline fell while reading past the end
+            return Next.CONCLUDE
+        return _timeout(fault, at)
+    if isinstance(fault, InStreamError):
+        return Outcome.HTTP_5XX, f"server error in stream: {fault}"
+    if isinstance(fault, aiohttp.ClientConnectorError):
+        return Outcome.CONNECT_ERROR, f"cannot connect: {fault}"
+    if isinstance(fault, aiohttp.ClientResponseError):
+        # An unparsable status line or header block. Never repr() it: its request_info holds
+        # the request headers, credentials included.
+        return Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {_printable(str(fault.message))}"
+    if isinstance(fault, _MALFORMED):
+        return Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(fault)}"
+    if at.stream_done:
+        return Next.CONCLUDE
+    if at.phase is not Phase.CONNECT:
+        return Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {_describe(fault)}"
+    # Connected (connect failures are ClientConnectorError, above), then the server closed or
+    # reset it before a status line. A stale pooled connection fails at once: retried; a
+    # server that does it to a fresh one too answered badly.
+    if isinstance(fault, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
+        if at.may_retry:
+            return Next.RETRY
+        return Outcome.PROTOCOL_ERROR, f"connection closed before a response: {_describe(fault)}"
+    return Outcome.CONNECT_ERROR, f"connection failed: {_describe(fault)}"
+
+
+def _timeout(fault: TimeoutError, at: Attempt) -> tuple[Outcome, str]:
+    timeouts = at.timeouts
+    # aiohttp's own connect timeout; every other TimeoutError is our deadline expiring.
+    if isinstance(fault, aiohttp.ConnectionTimeoutError):
+        return Outcome.TIMEOUT_CONNECT, f"no connection in {timeouts.connect_seconds}s"
+    # Before the first token the first-token deadline decides, also when it equals the total
+    # (`probe --timeout`); only a total shorter than it makes this timeout_total.
+    waiting = at.phase is not Phase.STREAMING
+    if waiting and timeouts.first_token_seconds <= timeouts.total_seconds:
+        return Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
+    if at.total_reached or waiting:
+        return Outcome.TIMEOUT_TOTAL, f"no end in {timeouts.total_seconds}s"
+    return Outcome.STALLED, f"no event for {timeouts.idle_seconds}s"
+
+
+def status_outcome(status: int) -> Outcome:
+    """The outcome of an answer whose status is not 200 (a 3xx is never followed)."""
+    if status == 429:
+        return Outcome.HTTP_429
+    if 400 <= status < 500:
+        return Outcome.HTTP_4XX
+    if status >= 500:
+        return Outcome.HTTP_5XX
+    return Outcome.PROTOCOL_ERROR
 
 
 async def stream_request(
@@ -153,13 +253,17 @@ class _Exchange:
             on_first_token=on_first_token,
             event_limit=max_events(spec.max_tokens),
         )
-        self.phase = _Phase.CONNECT
+        self.phase = Phase.CONNECT  # FIRST_TOKEN once a response came; `body` says the rest
+        self.body: BodyReader | None = None
         self.wall_start = time.time()
         self.t_start_ns = 0
         self.sent = SendStamp()  # set by the session's trace as the request is written
         self.deadlines = (0.0, 0.0)  # (first token, total) on the loop's clock
         self.t_begin_ns = 0  # the request's begin: this attempt's start, or the first's
         self.tcp_ns: int | None = None  # TLS only: socket connected, before the handshake
+        # Every byte the server sends for this exchange counts against these (exchange.py).
+        self.bounds = stream_bounds(self.state.event_limit or 0, spec.max_line_bytes)
+        self.meter: ExchangeMeter | None = None  # what arrived, as the connection counted it
 
     def finish(
         self,
@@ -173,7 +277,9 @@ class _Exchange:
         sent = self.sent
         return self.state.result(
             outcome,
-            error=error,
+            # The one filter every error passes, whatever path made it: one printable line,
+            # the key redacted (also split by an escape sequence the filter removes).
+            error=safe_line(error, _RESULT_ERROR_CHARS),
             status=status,
             t_sched_ns=self.t_sched_ns,
             # Nothing written (no connection) or no trace on the session: the attempt's start.
@@ -181,13 +287,16 @@ class _Exchange:
             # A stream that reached its end ended then, whatever happened to the connection after.
             t_end_ns=self.state.t_done_ns or time.perf_counter_ns(),
             wall_start=self.wall_start,
-            t_begin_ns=self.t_begin_ns,
-            t_resolved_ns=sent.dns_end_ns or None,
-            t_tcp_ns=self.tcp_ns,
-            # A reused connection was ready as the attempt began (docs/design.md §2).
-            t_connected_ns=self.t_start_ns if sent.reused else (sent.created_ns or None),
-            reused=True if sent.reused else (False if sent.created_ns else None),
-            retry_after_seconds=retry_after_seconds,
+            connection=ConnectionFacts(
+                t_begin_ns=self.t_begin_ns,
+                t_resolved_ns=sent.dns_end_ns or None,
+                t_tcp_ns=self.tcp_ns,
+                # A reused connection was ready as the attempt began (docs/design.md §2).
+                t_connected_ns=self.t_start_ns if sent.reused else (sent.created_ns or None),
+                reused=True if sent.reused else (False if sent.created_ns else None),
+                retry_after_seconds=retry_after_seconds,
+                response_bytes=self.meter.arrived if self.meter and self.meter.engaged else None,
+            ),
         )
 
     def concluded(self) -> RequestResult:
@@ -227,74 +336,52 @@ class _Exchange:
         first_token_deadline, total_deadline = deadlines
         try:
             async with asyncio.timeout_at(first_token_deadline) as deadline:
-                async with self._post() as resp:
-                    self.phase = _Phase.FIRST_TOKEN
-                    self._note_connection(resp)
-                    if resp.status != 200:
-                        return await self._http_failure(resp)
-                    if encoding := _compressed(resp):
-                        return self.finish(
-                            Outcome.PROTOCOL_ERROR,
-                            f"compressed body refused (Content-Encoding: {encoding})",
-                            resp.status,
-                        )
-                    await BodyReader(
-                        self.state,
-                        _reader(self.spec),
-                        resp.content,
-                        max_line_bytes=self.spec.max_line_bytes,
-                        idle_seconds=timeouts.idle_seconds,
-                        deadline=deadline,
-                        total_deadline=total_deadline,
-                        on_streaming=self._streaming,
-                    ).read(resp)
-        except TimeoutError as exc:
-            if self.state.done:  # the deadline fell while reading past the end
-                return self.concluded()
-            return self._timed_out(exc, loop.time() >= total_deadline - 1e-3)
-        except InStreamError as exc:
-            return self.finish(Outcome.HTTP_5XX, f"server error in stream: {exc}")
-        except aiohttp.ClientConnectorError as exc:
-            # Before the ValueError clause: a certificate failure is also a ValueError.
-            return self.finish(Outcome.CONNECT_ERROR, f"cannot connect: {exc}")
-        except aiohttp.ClientResponseError as exc:
-            # An unparsable status line or header block. Never repr() it: its request_info
-            # holds the request headers, credentials included.
-            message = _printable(str(exc.message))
-            return self.finish(Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {message}")
-        except (
-            StreamError,
-            ValueError,
-            KeyError,
-            TypeError,
-            AttributeError,
-            IndexError,
-            RecursionError,
-        ) as exc:
-            # ValueError covers invalid JSON; the others an event of the wrong shape.
-            return self.finish(Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(exc)}")
-        except (aiohttp.ClientError, OSError) as exc:
-            if self.state.done:
-                return self.concluded()
-            if self.phase is not _Phase.CONNECT:
-                return self.finish(
-                    Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {_describe(exc)}"
-                )
-            # Connected (connect failures are ClientConnectorError, above), then the server
-            # closed or reset it before a status line. A stale pooled connection fails at once:
-            # retried; a server that does it to a fresh one too answered badly.
-            closed = isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
-            if may_retry and closed and loop.time() - started < _STALE_WITHIN_SECONDS:
+                with bounded(self.bounds) as self.meter:
+                    async with self._post() as resp:
+                        return await self._answer(resp, deadline, total_deadline)
+        except FAULTS as exc:
+            now = loop.time()
+            streaming = self.body is not None and self.body.streaming
+            at = Attempt(
+                phase=Phase.STREAMING if streaming else self.phase,
+                stream_done=self.state.done,
+                total_reached=now >= total_deadline - 1e-3,
+                may_retry=may_retry and now - started < _STALE_WITHIN_SECONDS,
+                timeouts=self.spec.timeouts,
+            )
+            verdict = classify(exc, at)
+            if verdict is Next.RETRY:
                 raise _StaleConnection from exc
-            if closed:
-                return self.finish(
-                    Outcome.PROTOCOL_ERROR, f"connection closed before a response: {_describe(exc)}"
-                )
-            return self.finish(Outcome.CONNECT_ERROR, f"connection failed: {_describe(exc)}")
-        return self.concluded()
+            if verdict is Next.CONCLUDE:
+                return self.concluded()
+            outcome, error = verdict
+            return self.finish(outcome, error)
 
-    def _streaming(self) -> None:
-        self.phase = _Phase.STREAMING
+    async def _answer(
+        self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, total_deadline: float
+    ) -> RequestResult:
+        """The response, from its status to the end of its body."""
+        self.phase = Phase.FIRST_TOKEN
+        self._note_connection(resp)
+        if resp.status != 200:
+            return await self._http_failure(resp)
+        if encoding := _compressed(resp):
+            return self.finish(
+                Outcome.PROTOCOL_ERROR,
+                f"compressed body refused (Content-Encoding: {encoding})",
+                resp.status,
+            )
+        self.body = BodyReader(
+            self.state,
+            _reader(self.spec),
+            resp.content,
+            max_line_bytes=self.spec.max_line_bytes,
+            idle_seconds=self.spec.timeouts.idle_seconds,
+            deadline=deadline,
+            total_deadline=total_deadline,
+        )
+        await self.body.read(resp)
+        return self.concluded()
 
     def _post(self) -> Any:
         spec = self.spec
@@ -311,6 +398,10 @@ class _Exchange:
             ssl=spec.ssl,
             allow_redirects=False,  # a 3xx is a failure (`_http_failure`), never followed
             auto_decompress=False,
+            # aiohttp de-chunks a read into the body until 2 × this is buffered, then pauses:
+            # an endless stream of small chunks cost that much parsing (64 KiB: 128 KiB,
+            # ~1,700 chunks and events) past its event bound. A stream's reads are events.
+            read_bufsize=_READ_BUFSIZE,
             trace_request_ctx=self.sent,
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=timeouts.connect_seconds, sock_connect=timeouts.connect_seconds
@@ -326,34 +417,10 @@ class _Exchange:
             message = f"HTTP {status} redirect (not followed) to {location!r}"
             return self.finish(Outcome.PROTOCOL_ERROR, message, status)
         message = f"HTTP {status}: {await _error_snippet(resp)}"
+        retry_after = None
         if status == 429:
             retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-            return self.finish(Outcome.HTTP_429, message, status, retry_after_seconds=retry_after)
-        if 400 <= status < 500:
-            outcome = Outcome.HTTP_4XX
-        elif status >= 500:
-            outcome = Outcome.HTTP_5XX
-        else:
-            outcome = Outcome.PROTOCOL_ERROR
-        return self.finish(outcome, message, status)
-
-    def _timed_out(self, exc: TimeoutError, total_reached: bool) -> RequestResult:
-        timeouts = self.spec.timeouts
-        # aiohttp's own connect timeout; every other TimeoutError is our deadline expiring.
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return self.finish(
-                Outcome.TIMEOUT_CONNECT, f"no connection in {timeouts.connect_seconds}s"
-            )
-        # Before the first token the first-token deadline decides, also when it equals the
-        # total (`probe --timeout`); only a total shorter than it makes this timeout_total.
-        waiting = self.phase is not _Phase.STREAMING
-        if waiting and timeouts.first_token_seconds <= timeouts.total_seconds:
-            return self.finish(
-                Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
-            )
-        if total_reached or waiting:
-            return self.finish(Outcome.TIMEOUT_TOTAL, f"no end in {timeouts.total_seconds}s")
-        return self.finish(Outcome.STALLED, f"no event for {timeouts.idle_seconds}s")
+        return self.finish(status_outcome(status), message, status, retry_after_seconds=retry_after)
 
 
 def _describe(exc: BaseException) -> str:
@@ -365,7 +432,7 @@ def _describe(exc: BaseException) -> str:
 def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:
     if spec.api is Api.OLLAMA:
         return LineSplitter(spec.max_line_bytes)
-    return SSEParser(spec.max_line_bytes)
+    return SSEParser(spec.max_line_bytes, max_lines(spec.max_tokens))
 
 
 def _compressed(resp: aiohttp.ClientResponse) -> str:
@@ -375,8 +442,8 @@ def _compressed(resp: aiohttp.ClientResponse) -> str:
 
 
 def _printable(text: str, limit: int = _ERROR_CHARS) -> str:
-    """`text` on one line, control characters dropped, at most `limit` characters."""
-    return "".join(c for c in " ".join(text.split()) if c.isprintable())[:limit]
+    """`text` on one line, printable, at most `limit` characters (`logs.printable_line`)."""
+    return printable_line(text, limit)
 
 
 async def _error_snippet(resp: aiohttp.ClientResponse) -> str:

@@ -49,6 +49,23 @@ class FinishReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionFacts:
+    """What the attempt's connection adds to a result (`RequestResult`'s fields of the same
+    names): the request path (`request.py`) builds it, the stream's `result` takes it."""
+
+    t_begin_ns: int | None = None
+    t_resolved_ns: int | None = None
+    t_tcp_ns: int | None = None
+    t_connected_ns: int | None = None
+    reused: bool | None = None
+    retry_after_seconds: float | None = None
+    response_bytes: int | None = None
+
+
+NO_CONNECTION = ConnectionFacts()  # a stream decoded without a connection (tests, bench)
+
+
+@dataclass(frozen=True, slots=True)
 class RequestResult:
     """Everything one request yielded; the timing maths in `timings` work on this alone."""
 
@@ -91,6 +108,9 @@ class RequestResult:
     t_tcp_ns: int | None = None  # TCP connected, before the TLS handshake (TLS only)
     t_connected_ns: int | None = None  # connection ready: fresh after set-up, reused at once
     reused: bool | None = None  # pooled connection reused; None when none was obtained
+    # Bytes the server sent for the exchange (head, chunk framing, body), as the connection
+    # counted them against its bounds (prober/exchange.py); None where none was counted.
+    response_bytes: int | None = None
     # Completion text, kept only when debug logging of completions is on.
     text: str = field(default="", repr=False)
 

@@ -9,8 +9,8 @@ before a target's first recorded probe and are never recorded.
 
 A share `pair_share` of probes are pairs: a companion probe is sent 40 % of a decode
 into the first, so the first probe's token gaps before and after tell the queue estimate how
-much one more sequence slows decoding (`foreign.py`). Both are recorded as probes. Every probe
-in flight is tracked by the target's `TargetCapacity.probes`, so the estimate counts the
+much one more sequence slows decoding (`capacity/probes.py`). Both are recorded as probes.
+Every probe in flight is tracked by the target's `TargetCapacity.probes`, so the estimate counts the
 prober's own requests exactly. `drain()` stops scheduling and lets in-flight probes finish
 within a grace period; the rest are cancelled, counted as `cancelled`, and end quietly (a
 job cancelled at shutdown is no error). Every probe, a pair's two and a cancelled one, goes
@@ -23,7 +23,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,20 +65,20 @@ def _scheduler_logger() -> logging.Logger:
 
 class ProbeScheduler:
     """Owns the apscheduler instance and the probes it starts; `recorder` records them, and
-    its capacity (where a target has one) decides pairs and counts the probes in flight."""
+    its capacity (where a target has one) decides pairs and counts the probes in flight.
+    Each target's probes go through its own session of `sessions` (by target name)."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        sessions: Mapping[str, aiohttp.ClientSession],
         targets: Iterable[Target],
         recorder: Recorder,
         *,
         seed: int | None = None,
     ) -> None:
-        self._session = session
+        self._sessions = sessions
         self._targets = {t.name: t for t in targets}
         self._recorder = recorder
-        self._metrics = recorder.metrics
         self._capacity = recorder.capacity
         self._rng = random.Random(seed)
         self._scheduler = AsyncIOScheduler(timezone=UTC, logger=_scheduler_logger())
@@ -100,7 +100,7 @@ class ProbeScheduler:
         now = datetime.now(UTC)
         for target in self._targets.values():
             cfg = target.config
-            self._metrics.describe_target(target.labels, target.slo, cfg.interval_seconds)
+            self._recorder.describe(target)
             self._scheduler.add_job(
                 self._job,
                 "interval",
@@ -143,16 +143,17 @@ class ProbeScheduler:
         target = self._targets.get(event.job_id)
         if target is None:
             return
-        labels = target.labels
-        self._metrics.probe_skipped.labels(labels.target, labels.model).inc()
+        self._recorder.skipped(target)
         if target.name not in self._skip_noted:
             self._skip_noted.add(target.name)
             why = "in_flight" if event.code == EVENT_JOB_MAX_INSTANCES else "missed"
             log.warning(
-                "probe_skipped", target=target.name, reason=why,
+                "probe_skipped",
+                target=target.name,
+                reason=why,
                 probes_in_flight=target.config.probes_in_flight,
                 note="counted in llmprober_probe_skipped_total; logged once per target",
-            )  # fmt: skip
+            )
 
     async def _job(self, name: str) -> None:
         """The scheduled job: one probe run; cancelled by our own drain, it ends quietly."""
@@ -196,7 +197,9 @@ class ProbeScheduler:
         """One probe, tracked as in flight for the queue estimate while it runs."""
         cap = self._capacity.get(target.name)
         if cap is None:
-            return await target.send(self._session, t_sched_ns, on_first_token=on_first_token)
+            return await target.send(
+                self._sessions[target.name], t_sched_ns, on_first_token=on_first_token
+            )
         probes = cap.probes
         key = probes.begin()
 
@@ -206,7 +209,9 @@ class ProbeScheduler:
                 on_first_token()
 
         try:
-            return await target.send(self._session, t_sched_ns, on_first_token=first_token)
+            return await target.send(
+                self._sessions[target.name], t_sched_ns, on_first_token=first_token
+            )
         finally:
             probes.end(key)
 
@@ -241,6 +246,6 @@ class ProbeScheduler:
     async def _warm_up(self, target: Target) -> None:
         bound = log.bind(target=target.name, model=target.config.model)
         for i in range(target.config.warmup):
-            result = await target.send(self._session, time.perf_counter_ns())
+            result = await target.send(self._sessions[target.name], time.perf_counter_ns())
             bound.info("warmup", n=i + 1, outcome=result.outcome.value)
         self._warmed.add(target.name)

@@ -5,20 +5,28 @@ item by its index, `LLMPROBER_TARGETS__0__MODEL`). Unknown keys are errors, in t
 the environment alike, so a typo never silently falls back to a default. `load_settings`
 raises `ConfigError`, whose `problems` are one line per fault, each naming its field
 (`targets[0].url: ...`). API keys are read from the named variable or file only when needed,
-by `resolve_api_key`, and never stored in `Settings`.
+by `resolve_api_key`, and never stored in `Settings`. A target's `load:` section is
+`loadconfig.LoadConfig`; every section is built on `section.Section`.
+
+The file and the environment are pydantic-settings sources (`YamlSource`, `EnvironmentSource`,
+the latter using `model_config`'s `env_prefix` and `env_nested_delimiter`). They are built per
+call by `Settings.sources(path, environ)` and handed to pydantic-settings' own `_build_sources`
+argument (`Settings.from_sources`), so the path and environment reach them without global
+state; a plain `Settings(...)` takes its arguments alone. The web config file is read after
+validation (`ServerConfig.read_web_config`); `register_secrets` registers the headers'
+credentials, once, after validation.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
 import re
 import ssl
-import types
 import typing
 from collections.abc import Mapping
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -26,7 +34,6 @@ import yaml
 import yarl
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     StrictInt,
@@ -35,18 +42,21 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from prober.kinds import Api, Arrival, Connection, Engine, EventLoopChoice, LogFormat, LogLevel
+from prober.kinds import Api, Connection, Engine, EventLoopChoice, LogFormat, LogLevel
+from prober.loadconfig import LoadConfig as LoadConfig  # re-exported
 from prober.logs import register_secret
-from prober.validation import field_error
+from prober.request import DEFAULT_TIMEOUTS, Timeouts
+from prober.section import MAX_SECONDS as MAX_SECONDS  # re-exported
+from prober.section import PositiveSeconds
+from prober.section import Section as _Strict
+from prober.section import unwrap as _unwrap
+from prober.validation import describe
 from prober.validation import field_path as field_path  # re-exported
 from prober.webconfig import WebConfig, WebConfigError, load_web_config
 
-# Every duration is finite and at most a week: an `.inf` or 1e300 would pass a plain `gt=0`
-# and then overflow every timer and timedelta built from it.
-MAX_SECONDS = 7 * 86_400.0
-PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -57,9 +67,18 @@ _RESERVED_HEADERS = frozenset(
 )
 # Header names whose values are credentials wherever they appear (Azure's `api-key`, ...).
 SECRET_HEADER_NAMES = frozenset(
-    {"proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "x-auth-token",
-     "ocp-apim-subscription-key", "cookie", "x-amz-security-token", "private-token"}
-)  # fmt: skip
+    {
+        "proxy-authorization",
+        "api-key",
+        "x-api-key",
+        "x-goog-api-key",
+        "x-auth-token",
+        "ocp-apim-subscription-key",
+        "cookie",
+        "x-amz-security-token",
+        "private-token",
+    }
+)
 
 
 class ConfigError(Exception):
@@ -70,10 +89,6 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class SloConfig(_Strict):
     ttft_seconds: PositiveSeconds = 2.0
     tpot_seconds: PositiveSeconds = 0.2
@@ -82,10 +97,16 @@ class SloConfig(_Strict):
 
 
 class TimeoutsConfig(_Strict):
-    connect_seconds: PositiveSeconds = 5.0
-    first_token_seconds: PositiveSeconds = 60.0
-    idle_seconds: PositiveSeconds = 30.0
-    total_seconds: PositiveSeconds = 300.0
+    connect_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.connect_seconds
+    first_token_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.first_token_seconds
+    idle_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.idle_seconds
+    total_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.total_seconds
+
+    def timeouts(self) -> Timeouts:
+        """What a request is held to (`request.Timeouts`)."""
+        return Timeouts(
+            self.connect_seconds, self.first_token_seconds, self.idle_seconds, self.total_seconds
+        )
 
 
 class TlsConfig(_Strict):
@@ -107,19 +128,6 @@ class TlsConfig(_Strict):
         return value
 
 
-class LoadConfig(_Strict):
-    """Open-loop background load: arrivals on an absolute schedule, capped in flight."""
-
-    rate: Annotated[float, Field(gt=0, le=10_000)]
-    arrival: Arrival = "poisson"
-    max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 64
-    prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    prompt_tokens_spread: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    max_tokens_spread: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    seed: int | None = None
-
-
 class TrafficConfig(_Strict):
     """The shape of the engine's other requests, for the queue estimate (the probes' if unset)."""
 
@@ -139,15 +147,15 @@ class TargetConfig(_Strict):
     warmup: Annotated[int, Field(ge=0, le=100)] = 1
     cache_bust: bool = True
     timeouts: TimeoutsConfig = TimeoutsConfig()
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = Field(default_factory=dict)
     # Names of `headers` whose values are credentials, redacted like the API key (names in
     # SECRET_HEADER_NAMES always are).
-    secret_headers: list[str] = []
+    secret_headers: list[str] = Field(default_factory=list)
     api_key_env: str | None = None
     api_key_file: Path | None = None
     slo: SloConfig = SloConfig()
     tls: TlsConfig = TlsConfig()
-    extra_body: dict[str, Any] = {}
+    extra_body: dict[str, Any] = Field(default_factory=dict)
     metrics_url: str | None = None
     engine: Engine | None = None
     metrics_interval_seconds: Annotated[float, Field(ge=0.5, le=MAX_SECONDS)] = 5.0
@@ -232,18 +240,13 @@ class TargetConfig(_Strict):
         return value
 
 
-# While load_settings validates, the web config files read so far: the file is read with the
-# other fields (its faults reported beside theirs) and the model keeps what was read.
-# pydantic-settings' __init__ takes no validation context, hence a context variable.
-_READ_WEB_CONFIGS: ContextVar[dict[Path, WebConfig] | None] = ContextVar("web", default=None)
-
-
 class ServerConfig(_Strict):
     listen: str = "0.0.0.0:9470"
     grace_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     web_config_file: Path | None = None  # exporter-toolkit shape: TLS, basic auth
     event_loop: EventLoopChoice = "auto"  # auto: uvloop when installed (prober/runtime.py)
     _web: WebConfig = PrivateAttr(default_factory=WebConfig)
+    _web_read: bool = PrivateAttr(default=False)
 
     @field_validator("event_loop")
     @classmethod
@@ -252,29 +255,19 @@ class ServerConfig(_Strict):
             raise ValueError("uvloop is not installed (pip install 'llm-prober[fast]')")
         return value
 
-    # The web config file is read once: the app serves what was validated here.
-    @field_validator("web_config_file")
-    @classmethod
-    def _web_config_file(cls, value: Path | None) -> Path | None:
-        read = _READ_WEB_CONFIGS.get()
-        if value is not None and read is not None:
-            read[value] = load_web_config(value)  # WebConfigError names the key at fault
-        return value
-
-    @model_validator(mode="after")
-    def _web_config(self) -> Self:
-        if self.web_config_file is None:
-            return self
-        loaded = (_READ_WEB_CONFIGS.get() or {}).pop(self.web_config_file, None)
-        try:
-            self._web = loaded if loaded is not None else load_web_config(self.web_config_file)
-        except WebConfigError as exc:
-            raise field_error("web_config_file", str(exc), self.web_config_file) from None
-        return self
+    def read_web_config(self) -> None:
+        """Read `web_config_file` once, after validation: the app serves what was read here."""
+        if self.web_config_file is not None and not self._web_read:
+            self._web = load_web_config(self.web_config_file)  # WebConfigError names the key
+        self._web_read = True
 
     @property
     def web_config(self) -> WebConfig:
-        """The validated `web_config_file` (plain HTTP, no auth when unset)."""
+        """The validated `web_config_file` (plain HTTP, no auth when unset). Settings made
+        without `load_settings` read it here, at first use: a configured file is never
+        served as plain HTTP for having been skipped."""
+        if not self._web_read:
+            self.read_web_config()
         return self._web
 
     @field_validator("listen")
@@ -335,6 +328,21 @@ class Settings(BaseSettings):
         return targets
 
     @classmethod
+    def sources(
+        cls, path: Path | None, environ: Mapping[str, str]
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The file and the environment as sources, the environment first (it wins)."""
+        file = YamlSource(cls, path)
+        return (EnvironmentSource(cls, environ, file), file)
+
+    @classmethod
+    def from_sources(cls, sources: tuple[PydanticBaseSettingsSource, ...]) -> Self:
+        """Settings from `sources` alone, in their order (the first wins)."""
+        # pydantic-settings' documented `_build_sources`; pydantic's mypy plugin types
+        # `__init__` by the fields alone, hence the ignore.
+        return cls(_build_sources=(sources, {}))  # type: ignore[call-arg]
+
+    @classmethod
     def settings_customise_sources(
         cls,
         settings_cls: type[BaseSettings],
@@ -343,32 +351,106 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Only explicit arguments: `load_settings` merges the file and the environment itself,
-        # so a list item can be set by its index and a variable matching nothing is an error.
+        # A plain `Settings(...)` (the demo, tests) takes its arguments alone; `load_settings`
+        # passes `Settings.sources(...)` in place of these.
         return (init_settings,)
 
 
 def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Validated settings from `path` (YAML, optional) and the environment, or `ConfigError`."""
-    data = _check_yaml(path) if path is not None else {}
-    data = apply_environment(data, os.environ if environ is None else environ)
+    sources = Settings.sources(path, os.environ if environ is None else environ)
     try:
-        token = _READ_WEB_CONFIGS.set({})
-        try:
-            settings = Settings(**data)
-        finally:
-            _READ_WEB_CONFIGS.reset(token)
+        settings = Settings.from_sources(sources)
     except ValidationError as exc:
-        raise ConfigError(_problems(exc)) from None
+        raise ConfigError(_with_web_problem(_problems(exc), sources[0]())) from None
     except ValueError as exc:  # YAML syntax and env JSON errors surface as ValueError
         raise ConfigError([f"config: {' '.join(str(exc).split())}"]) from None
+    try:
+        settings.server.read_web_config()
+    except WebConfigError as exc:
+        raise ConfigError([f"server.web_config_file: {exc}"]) from None
     problems = [p for i, t in enumerate(settings.targets) if (p := _api_key_problem(i, t))]
     if problems:
         raise ConfigError(problems)
-    for target in settings.targets:
+    register_secrets(*settings.targets)
+    return settings
+
+
+def register_secrets(*targets: TargetConfig) -> None:
+    """The credentials in the targets' headers, registered so no log line prints them.
+
+    The one place they are: `load_settings` calls it after validation, `Target.from_config`
+    for targets built without a file (bench). API keys are not in `Settings`:
+    `check_api_key` registers each as it is read.
+    """
+    for target in targets:
         for value in secret_header_values(target):
             register_secret(value)
-    return settings
+
+
+def _with_web_problem(problems: list[str], data: dict[str, Any]) -> list[str]:
+    """`problems` and, in its place after the server's first fields, the web config file's.
+
+    The file is read after validation; when validation failed its faults are still reported
+    beside the others, so one run names them all.
+    """
+    server = data.get("server")
+    value = server.get("web_config_file") if isinstance(server, dict) else None
+    if not isinstance(value, str | Path) or any(
+        p.startswith(("server.web_config_file:", "server:")) for p in problems
+    ):
+        return problems
+    try:
+        load_web_config(Path(value))
+    except WebConfigError as exc:
+        before = ("server.listen:", "server.grace_seconds:")
+        at = next((i for i, p in enumerate(problems) if not p.startswith(before)), len(problems))
+        return [*problems[:at], f"server.web_config_file: {exc}", *problems[at:]]
+    return problems
+
+
+class YamlSource(PydanticBaseSettingsSource):
+    """The YAML file's mapping (empty without a file), each fault one problem line."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+        self._data: dict[str, Any] | None = None
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False  # unused: __call__ gives the whole
+
+    def __call__(self) -> dict[str, Any]:
+        if self._data is None:  # read once: the environment source asks for it too
+            self._data = _check_yaml(self.path) if self.path is not None else {}
+        return copy.deepcopy(self._data)
+
+
+class EnvironmentSource(PydanticBaseSettingsSource):
+    """The file's data with every variable of `env_prefix` applied over it.
+
+    pydantic-settings merges sources key by key but replaces a list whole, so a variable that
+    sets one target's field (`LLMPROBER_TARGETS__0__MODEL`) is applied here, over the file's
+    data, and this source returns the merged whole (it comes first: it wins).
+    """
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], environ: Mapping[str, str], file: YamlSource
+    ) -> None:
+        super().__init__(settings_cls)
+        self.environ = environ
+        self.file = file
+        self._data: dict[str, Any] | None = None
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False  # unused: __call__ gives the whole
+
+    def __call__(self) -> dict[str, Any]:
+        if self._data is None:
+            prefix = str(self.config.get("env_prefix", ""))
+            delimiter = str(self.config.get("env_nested_delimiter") or "__")
+            self._data = apply_environment(self.file(), self.environ, prefix, delimiter)
+        return copy.deepcopy(self._data)
 
 
 def _check_yaml(path: Path) -> dict[str, Any]:
@@ -393,28 +475,29 @@ def _check_yaml(path: Path) -> dict[str, Any]:
     return dict(data or {})
 
 
-ENV_PREFIX = "LLMPROBER_"
 # Variables of the project that are not settings (the test scripts' cache folder).
 NOT_SETTINGS = frozenset({"LLMPROBER_CACHE"})
 
 
-def apply_environment(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """`data` (the file's) with every `LLMPROBER_*` variable applied over it.
+def apply_environment(
+    data: dict[str, Any], environ: Mapping[str, str], prefix: str, delimiter: str
+) -> dict[str, Any]:
+    """`data` (the file's) with every variable of `prefix` applied over it.
 
-    `__` separates keys, a number picks a list item (one past the end appends one), and a
+    `delimiter` separates keys, a number picks a list item (one past the end appends one), and a
     value for a section or a list is JSON. A variable that matches no setting is an error
     naming it, unless a target names it as its `api_key_env`.
     """
     names = sorted(
-        (name for name in environ if name.upper().startswith(ENV_PREFIX)),
-        key=lambda name: (name.count("__"), name),
+        (name for name in environ if name.upper().startswith(prefix.upper())),
+        key=lambda name: (name.count(delimiter), name),
     )
     problems: list[str] = []
     unknown: list[tuple[str, str]] = []
     for name in names:
         if name.upper() in NOT_SETTINGS:
             continue
-        parts = name[len(ENV_PREFIX) :].lower().split("__")
+        parts = name[len(prefix) :].lower().split(delimiter)
         try:
             leaf = _env_field(parts)
         except _NoField as exc:
@@ -440,21 +523,6 @@ class _NoField(Exception):
 
 def _loc(parts: list[str]) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdecimal() else p for p in parts)
-
-
-def _unwrap(annotation: Any) -> Any:
-    """`X` of `Annotated[X, ...]` and of `X | None`."""
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(annotation) if a is not type(None)]
-            if len(args) != 1:
-                return annotation
-            annotation = args[0]
-        else:
-            return annotation
 
 
 def _env_field(parts: list[str]) -> Any:
@@ -533,16 +601,7 @@ def _api_key_variables(data: dict[str, Any]) -> set[str]:
 
 
 def _problems(exc: ValidationError) -> list[str]:
-    return [f"{field_path(err['loc'])}: {_message(err)}" for err in exc.errors()]
-
-
-def _message(err: Any) -> str:
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "missing":
-        return "required"
-    if err["type"] == "extra_forbidden":
-        return "unknown key"
-    return msg
+    return [f"{field_path(err['loc'])}: {describe(err)}" for err in exc.errors()]
 
 
 def _api_key_problem(index: int, target: TargetConfig) -> str:
@@ -587,7 +646,9 @@ def _read_key_file(path: Path) -> str:
 
 def check_api_key(value: str, field: str, where: str) -> None:
     """Register `value` as a secret; ConfigError naming `field` unless it fits a header."""
-    register_secret(value)  # first: a rejected key must not be printed either
+    # Here, not in register_secrets: a key is never stored in Settings, and it is registered
+    # first because a rejected key must not be printed either.
+    register_secret(value)
     if "\n" in value or "\r" in value:
         raise ConfigError([f"{field}: the key in {where} holds more than one line"])
     if not _KEY.fullmatch(value):  # never echo the value, nor which character is wrong

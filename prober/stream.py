@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from prober.logs import redact
-from prober.result import MAX_COUNT, FinishReason, Outcome, RequestResult, TokenSource
+from prober.result import (
+    MAX_COUNT,
+    NO_CONNECTION,
+    ConnectionFacts,
+    FinishReason,
+    Outcome,
+    RequestResult,
+    TokenSource,
+)
 from prober.sse import LineSplitter, SSEParser, StreamError
 
 
@@ -26,21 +35,46 @@ def _pick_loads() -> Callable[[str | bytes], Any]:
     orjson parses a stream chunk about 3× faster. Whatever it refuses (NaN, Infinity, lone
     surrogates, non-UTF-8 encodings, nesting past 1024) goes on to `json.loads`, so what parses
     and what fails stays exactly as without it. One difference remains: integers beyond 64
-    bits come back as floats, so such a token count (absurd from any server) is ignored.
+    bits come back as floats, so such a token count (absurd from any server) is ignored; an
+    integer of more than 64 digits is infinity either way (`_bounded_loads`).
     """
     try:
         orjson = importlib.import_module("orjson")
     except ImportError:
-        return json.loads
+        return _bounded_loads
     fast = orjson.loads
 
     def loads(text: str | bytes) -> Any:
         try:
             return fast(text)
         except ValueError:
-            return json.loads(text)
+            return _bounded_loads(text)
 
     return loads
+
+
+# An integer of more digits than this is nonsense as any count or duration: it parses as
+# infinity (ignored by `_int` and `_number`). Python's int() refuses 4,300 digits and more,
+# which made a whole stream `protocol_error` for a number in a field the prober ignores.
+_MAX_INT_DIGITS = 64
+
+
+def _bounded_int(text: str) -> int | float:
+    return int(text) if len(text) <= _MAX_INT_DIGITS else math.inf
+
+
+def _bounded_loads(text: str | bytes) -> Any:
+    """`json.loads`, but a huge integer is infinity instead of a failed parse.
+
+    The default parser is tried first (it is faster); only text it refuses is parsed again,
+    so what fails for another reason still fails with its own message."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        try:
+            return json.loads(text, parse_int=_bounded_int)
+        except ValueError:
+            raise exc from None
 
 
 loads = _pick_loads()
@@ -57,16 +91,23 @@ MAX_SERVER_SECONDS = 86_400.0
 # stream's stamps without bound.
 EVENTS_PER_TOKEN = 4
 EVENT_SLACK = 256
+LINES_PER_EVENT = 8  # of the event bound: `max_lines`
 # Finish reasons as servers spell them (OpenAI, vLLM, TGI, llama.cpp, Ollama's done_reason),
 # folded onto the bounded label; anything else is `other`.
 _FINISH = {
-    "stop": FinishReason.STOP, "eos": FinishReason.STOP, "eos_token": FinishReason.STOP,
-    "stop_sequence": FinishReason.STOP, "end_turn": FinishReason.STOP,
-    "length": FinishReason.LENGTH, "max_tokens": FinishReason.LENGTH,
-    "content_filter": FinishReason.CONTENT_FILTER, "safety": FinishReason.CONTENT_FILTER,
-    "tool_calls": FinishReason.TOOL_CALLS, "function_call": FinishReason.TOOL_CALLS,
+    "stop": FinishReason.STOP,
+    "eos": FinishReason.STOP,
+    "eos_token": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "end_turn": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "max_tokens": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+    "safety": FinishReason.CONTENT_FILTER,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
     "tool_use": FinishReason.TOOL_CALLS,
-}  # fmt: skip
+}
 MAX_TEXT_CHARS = 1 << 20  # completion text kept for `log_prompts`
 # A server's response id is kept (for correlating with its logs, never exported) only when it
 # looks like one: a short token of safe characters.
@@ -76,6 +117,13 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 def max_events(max_tokens: int) -> int:
     """The most events a stream asked for `max_tokens` tokens may carry."""
     return EVENTS_PER_TOKEN * max(1, max_tokens) + EVENT_SLACK
+
+
+def max_lines(max_tokens: int) -> int:
+    """The most SSE lines (comments and blank lines included) such a stream may carry: an
+    event is two, an `event:` or `id:` line adds one, a keep-alive comment comes every few
+    seconds; a JSON object split over lines has dozens."""
+    return LINES_PER_EVENT * max_events(max_tokens)
 
 
 def finish_reason(value: Any) -> FinishReason | None:
@@ -319,9 +367,10 @@ class StreamState:
         t_send_ns: int,
         t_end_ns: int,
         wall_start: float,
-        **wire: Any,
+        connection: ConnectionFacts = NO_CONNECTION,
     ) -> RequestResult:
-        """The result; `wire` carries the connection's stamps (`RequestResult`'s fields)."""
+        """The result, with what the attempt's connection adds (none for a stream decoded
+        without one)."""
         from_usage = self.usage_completion is not None
         output = self.usage_completion if from_usage else len(self.token_event_ns)
         counted = not from_usage and bool(self.token_event_ns)
@@ -355,7 +404,13 @@ class StreamState:
             finish_reason=self.finish_reason or FinishReason.NONE,
             tokens_lower_bound=counted and self.multi_word,
             token_fallback=self._fallback_cause() if counted else "",
-            **wire,
+            t_begin_ns=connection.t_begin_ns,
+            t_resolved_ns=connection.t_resolved_ns,
+            t_tcp_ns=connection.t_tcp_ns,
+            t_connected_ns=connection.t_connected_ns,
+            reused=connection.reused,
+            retry_after_seconds=connection.retry_after_seconds,
+            response_bytes=connection.response_bytes,
         )
 
     def _fallback_cause(self) -> str:

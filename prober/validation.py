@@ -2,9 +2,12 @@
 
 Settings, the bench's flags, the simulator's config and the web config file are all pydantic
 models. `OneLineModel` turns pydantic's multi-line `ValidationError` into a `ValueError` of
-one line, its first fault worded by `describe` ("slots must be >= 1, got 0"); each model says
-how a field is named in it (`problem`: a setting, a flag). `field_path` names a nested field
-the way the YAML reads (`targets[0].url`). Imports nothing from `prober` but what it names.
+one line, its first fault worded by `describe` ("slots: must be at least 1, got 0"); each
+model says how a field is named in it (`problem`: a setting, a flag). Every configuration
+fault of the daemon, `sim`, `bench` and `probe` is worded here: `describe` for a model's
+fault, `bound` and `wrong` for a flag or value checked by hand, so a fault reads the same
+everywhere. `field_path` names a nested field the way the YAML reads (`targets[0].url`).
+Imports nothing from `prober` but what it names.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 _BOUNDS = {
-    "greater_than": ("gt", ">"),
-    "greater_than_equal": ("ge", ">="),
-    "less_than": ("lt", "<"),
-    "less_than_equal": ("le", "<="),
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
 }
 _KINDS = {
     "int_type": "an integer",
@@ -41,7 +44,8 @@ _KINDS = {
 
 
 def describe(err: ErrorDetails) -> str:
-    """The fault without its field: 'must be > 0, got 0', or a validator's own words."""
+    """The fault without its field: 'must be greater than 0, got 0', or a validator's own
+    words."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "missing":
         return "required"
@@ -50,19 +54,30 @@ def describe(err: ErrorDetails) -> str:
     if kind == "value_error":  # a validator's ValueError: its text is the message
         return str(ctx.get("error", err["msg"]))
     if kind in _BOUNDS:
-        key, sign = _BOUNDS[kind]
-        return f"must be {sign} {_number(ctx[key])}, got {value!r}"
+        key, relation = _BOUNDS[kind]
+        return bound(relation, ctx[key], value)
     if kind == "finite_number":
         return f"must be finite, got {value!r}"
     if kind in _KINDS:
-        return f"must be {_KINDS[kind]}, got {value!r}"
+        return wrong(_KINDS[kind], value)
     if kind in ("literal_error", "enum"):
         return f"must be one of {ctx['expected']}, got {value!r}"
     return str(err["msg"])
 
 
-def _number(bound: object) -> str:
-    return f"{bound:g}" if isinstance(bound, float) and math.isfinite(bound) else str(bound)
+def bound(relation: str, limit: object, value: object) -> str:
+    """A value out of its bound: 'must be at least 1, got 0' (`relation`: 'at least',
+    'greater than', 'at most', 'less than')."""
+    return f"must be {relation} {_number(limit)}, got {value!r}"
+
+
+def wrong(what: str, value: object) -> str:
+    """A value of the wrong kind: 'must be an integer, got 'x''."""
+    return f"must be {what}, got {value!r}"
+
+
+def _number(limit: object) -> str:
+    return f"{limit:g}" if isinstance(limit, float) and math.isfinite(limit) else str(limit)
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:

@@ -59,9 +59,16 @@ OPEN_PATHS = frozenset({"/-/healthy", "/-/ready"})
 REALM = "llm-prober"
 _BCRYPT = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
 _UNSUPPORTED_TLS = {
-    "client_auth_type", "client_ca_file", "client_allowed_sans", "cipher_suites",
-    "curve_preferences", "max_version", "prefer_server_cipher_suites", "cert", "key",
-}  # fmt: skip
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "cipher_suites",
+    "curve_preferences",
+    "max_version",
+    "prefer_server_cipher_suites",
+    "cert",
+    "key",
+}
 _SHAPES = {
     "tls_server_config": "a mapping with cert_file and key_file",
     "basic_auth_users": "a mapping of user name to bcrypt hash",

@@ -1,7 +1,7 @@
 """Simulator configuration: one frozen, validated `SimConfig` built once and passed down.
 
 A pydantic model like every config of the project (prober/validation.py): a bad flag or
-setting fails at start-up with one line that names the field ("slots must be >= 1, got 0").
+setting fails at start-up with one line that names the field ("slots: must be at least 1, got 0").
 """
 
 from __future__ import annotations
@@ -45,11 +45,10 @@ class SimConfig(OneLineModel):
     @classmethod
     def problem(cls, err: ErrorDetails) -> str:
         text = describe(err)
-        # validate_rates' messages name the field themselves ("fault_rates[...] must be ...").
+        # validate_rates' messages name the field themselves ("fault_rates[...]: must be ...").
         if err["loc"][:1] == ("fault_rates",) and text.startswith("fault_rates"):
             return text
-        sep = " " if text.startswith("must") else ": "
-        return f"{field_path(err['loc'])}{sep}{text}"
+        return f"{field_path(err['loc'])}: {text}"
 
     @field_validator("model")
     @classmethod

@@ -80,16 +80,18 @@ def validate_rates(rates: Mapping[str, float]) -> None:
     total = 0.0
     for spec, prob in rates.items():
         if not isinstance(spec, str):
-            raise ValueError(f"fault_rates keys must be fault specs, got {spec!r}")
+            raise ValueError(f"fault_rates: keys must be fault specs, got {spec!r}")
         try:
             parse_fault(spec)
         except ValueError as exc:
             raise ValueError(f"fault_rates: {exc}") from None
         if isinstance(prob, bool) or not isinstance(prob, int | float) or not 0 <= prob <= 1:
-            raise ValueError(f"fault_rates[{spec!r}] must be a probability in [0, 1], got {prob!r}")
+            raise ValueError(
+                f"fault_rates[{spec!r}]: must be a probability in [0, 1], got {prob!r}"
+            )
         total += prob
     if total > 1.0 + 1e-9:
-        raise ValueError(f"fault_rates must sum to at most 1, got {total:g}")
+        raise ValueError(f"fault_rates: must sum to at most 1, got {total:g}")
 
 
 class FaultPicker:

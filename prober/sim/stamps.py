@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from prober.validation import bound
+
 DEFAULT_KEEP = 10_000
 
 
@@ -40,7 +42,7 @@ class StampStore:
 
     def __init__(self, keep: int = DEFAULT_KEEP) -> None:
         if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
+            raise ValueError(f"keep: {bound('at least', 1, keep)}")
         self._keep = keep
         self._records: OrderedDict[str, StampRecord] = OrderedDict()
         self._aliases: OrderedDict[str, StampRecord] = OrderedDict()

@@ -93,6 +93,18 @@ def k8s_objects() -> Iterator[tuple[Path, dict[str, Any]]]:
             yield path, doc
 
 
+# vLLM's own series a dashboard may name: those of the real capture, so a panel never asks for
+# a name vLLM does not export (histograms by their sample names).
+VLLM_RE = re.compile(r"\bvllm:[a-z_]+")
+VLLM_SERIES = frozenset(
+    VLLM_RE.findall((ROOT / "tests" / "fixtures" / "metrics" / "vllm.txt").read_text())
+)
+
+
+def vllm_names(expr: str) -> set[str]:
+    return set(VLLM_RE.findall(expr))
+
+
 def metric_names(expr: str) -> set[str]:
     return set(METRIC_RE.findall(expr))
 
@@ -152,3 +164,16 @@ def dashboard_exprs(name: str) -> list[str]:
     """Every panel query of a dashboard in grafana/dashboards/."""
     dashboard = json.loads((DASHBOARDS_DIR / name).read_text())
     return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+# --- dashboard queries as Prometheus runs them: Grafana's variables substituted ------------
+def substitute(expr: str, *, interval: str = "15s", range_: str = "1h") -> str:
+    """`expr` with Grafana's variables replaced: every target, model and mode; `interval` for
+    `$__interval`, `range_` for `$__range` (a live test scrapes every second over minutes)."""
+    values = {
+        "${datasource}": "prometheus", "$__rate_interval": "1m", "$__interval": interval,
+        "$__range": range_, "$target": ".*", "$model": ".*", "$mode": ".*",
+    }  # fmt: skip
+    for var, value in values.items():
+        expr = expr.replace(var, value)
+    return expr

@@ -17,29 +17,17 @@ from tests.deploy.helpers import (
     DEPLOY,
     EXPORTED_SERIES,
     GRAFANA_DIR,
+    VLLM_SERIES,
     metric_names,
     recorded_names,
     recording_rules,
     run,
+    substitute,
+    vllm_names,
 )
 
 DASHBOARD_FILES = sorted(DASHBOARDS_DIR.glob("*.json"))
 DS_REF = {"type": "prometheus", "uid": "${datasource}"}
-SUBSTITUTIONS = {
-    "${datasource}": "prometheus",
-    "$__rate_interval": "1m",
-    "$__interval": "15s",
-    "$__range": "1h",
-    "$target": ".*",
-    "$model": ".*",
-    "$mode": ".*",
-}
-
-
-def substitute(expr: str) -> str:
-    for var, value in SUBSTITUTIONS.items():
-        expr = expr.replace(var, value)
-    return expr
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -117,7 +105,10 @@ def test_queries_use_only_contract_metrics_and_defined_rules(dashboard: dict[str
             assert not unknown, f"{panel['title']}: {unknown}"
             undefined = recorded_names(expr) - defined
             assert not undefined, f"{panel['title']}: {undefined}"
-            assert metric_names(expr) | recorded_names(expr), f"{panel['title']}: {expr}"
+            not_vllms = vllm_names(expr) - VLLM_SERIES
+            assert not not_vllms, f"{panel['title']}: {not_vllms}"
+            named = metric_names(expr) | recorded_names(expr) | vllm_names(expr)
+            assert named, f"{panel['title']}: {expr}"
 
 
 def test_raw_queries_filter_by_variables_and_rate_interval(dashboard: dict[str, Any]) -> None:
@@ -126,6 +117,8 @@ def test_raw_queries_filter_by_variables_and_rate_interval(dashboard: dict[str, 
             expr = target["expr"]
             for selector in re.findall(r"llmprober_[a-z0-9_]+\{([^}]*)\}", expr):
                 assert 'target=~"$target"' in selector, f"{panel['title']}: {expr}"
+            for selector in re.findall(r"vllm:[a-z_]+\{([^}]*)\}", expr):
+                assert 'model_name=~"$model"' in selector, f"{panel['title']}: {expr}"
             for window in re.findall(r"\[([^\]]+)\]", expr):
                 assert window == "$__rate_interval", f"{panel['title']}: [{window}]"
             if "histogram_quantile" in expr:

@@ -19,31 +19,38 @@ import subprocess
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import aiohttp
 
 from tests.integration.daemon import daemon, scrape, value
 from tests.integration.engine import _healthy
+from tests.support.machine import LoopLag, snapshot, snapshot_at
 from tests.support.net import free_port
 
 # The engine's own names for its queue (llama-server; the simulator speaks vLLM's).
 _WAITING = ("llamacpp:requests_deferred", "vllm:num_requests_waiting")
 _RUNNING = ("llamacpp:requests_processing", "vllm:num_requests_running")
+T = TypeVar("T")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass(frozen=True)
 class Level:
-    """One foreign load: Poisson at `rate`/s, or a closed loop of `workers` clients."""
+    """One foreign load: Poisson at `rate`/s, or a closed loop of `workers` clients.
+
+    `settle` and `seconds`, where set, replace `run_levels`' own for this level: a slow engine
+    needs longer for the same number of probes (see `paced`)."""
 
     name: str
     mode: str
     rate: float = 0.0
     workers: int = 0
+    settle: float | None = None
+    seconds: float | None = None
 
     def args(self) -> list[str]:
         if self.mode == "closed":
@@ -58,6 +65,10 @@ class Score:
     bases: Counter[str] = field(default_factory=Counter)
     slots: Counter[int] = field(default_factory=Counter)
     completed_per_second: float = 0.0  # the traffic's own completions over the level
+    failed: int = 0  # the traffic's requests that failed (a truth read beside them may lie)
+    reasons: dict[str, int] = field(default_factory=dict)  # why they failed
+    lag: float = 0.0  # the test loop's worst lateness over the level (a stalled machine)
+    machine: str = ""  # the machine's busiest processes halfway through the level
     # Seconds from the level's start to the first scrape with a basis other than "none"
     # (scrapes run through the settling time too); None if it never had one.
     known_after: float | None = None
@@ -90,27 +101,34 @@ class Score:
         return (
             f"{self.level.name:>10} {self.true_waiting:8.2f} {self._mean(1):8.2f} "
             f"{self.waiting_mae:6.2f} {self.true_running:8.2f} {self._mean(3):8.2f} "
-            f"{self.running_mae:6.2f} {len(self.pairs):4d} {self.completed_per_second:6.2f}  "
-            f"{basis}  slots {slots}"
+            f"{self.running_mae:6.2f} {len(self.pairs):4d} {self.completed_per_second:6.2f} "
+            f"{self.failed:4d} {self.lag:5.1f}  {basis}  slots {slots}"
+            + (f"  failures {self.reasons}" if self.reasons else "")
         )
 
 
 def table(scores: list[Score], note: str = "") -> str:
     head = (
         f"{'level':>10} {'wait tru':>8} {'wait est':>8} {'MAE':>6} {'run tru':>8} "
-        f"{'run est':>8} {'MAE':>6} {'n':>4} {'done/s':>6}  basis"
+        f"{'run est':>8} {'MAE':>6} {'n':>4} {'done/s':>6} {'fail':>4} {'lag':>5}  basis"
     )
     return "\n".join([note, head, *(s.row() for s in scores)])
 
 
+def evidence(scores: list[Score]) -> str:
+    """What the machine was doing halfway through each level: for a failure's message."""
+    return "\n".join(f"{s.level.name}: {s.machine}" for s in scores if s.machine)
+
+
 def engine_counts(text: str) -> tuple[float, float]:
-    """(waiting, running) from an engine's /metrics text, by the engine's own names."""
+    """(waiting, running) from an engine's /metrics text, by the engine's own names, summed
+    over the series of each (an engine per `engine` label, as vLLM's data-parallel ranks)."""
     found: dict[str, float] = {}
     for line in text.splitlines():
-        name, _, rest = line.partition(" ")
-        name = name.split("{", 1)[0]
+        series, _, rest = line.rpartition("} ") if "{" in line else line.partition(" ")
+        name = series.split("{", 1)[0]
         if name in _WAITING or name in _RUNNING:
-            found[name] = float(rest.split()[0])
+            found[name] = found.get(name, 0.0) + float(rest.split()[0])
     waiting = next((found[n] for n in _WAITING if n in found), None)
     running = next((found[n] for n in _RUNNING if n in found), None)
     if waiting is None or running is None:
@@ -156,21 +174,35 @@ def check(scores: list[Score], slots: int) -> list[str]:
     return misses
 
 
+# A load process ends by itself this long after the longest its level was planned to last, and
+# as soon as its parent is gone: a harness that is stuck or killed never leaves it loading the
+# engine (in one CI run a load meant for a minute ran its former hour-long default).
+LOAD_OVERTIME_SECONDS = 120.0
+
+
 @asynccontextmanager
-async def foreign_load(base: str, level: Level, *extra: str) -> AsyncIterator[list[Any]]:
-    """The load process for `level`; yields a list that holds its report once it has stopped."""
+async def foreign_load(
+    base: str, level: Level, *extra: str, seconds: float
+) -> AsyncIterator[list[Any]]:
+    """The load process for `level`, for at most `seconds` + `LOAD_OVERTIME_SECONDS`; yields a
+    list that holds its report once it has stopped."""
     cmd = [
         sys.executable, "-m", "tests.integration.foreign_load", "--url", f"{base}/v1",
-        "--seconds", "3600", *level.args(), *extra,
+        "--seconds", f"{seconds + LOAD_OVERTIME_SECONDS:.0f}", *level.args(), *extra,
     ]  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(*cmd, cwd=_ROOT, stdout=asyncio.subprocess.PIPE)
+    pipe = asyncio.subprocess.PIPE  # stdin: the load stops when it closes (our end)
+    proc = await asyncio.create_subprocess_exec(*cmd, cwd=_ROOT, stdin=pipe, stdout=pipe)
     report: list[Any] = []
     try:
         yield report
     finally:
         if proc.returncode is None:
             proc.terminate()
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+        except TimeoutError:
+            proc.kill()
+            raise
         if out.strip():
             report.append(json.loads(out.decode().strip().splitlines()[-1]))
 
@@ -178,7 +210,8 @@ async def foreign_load(base: str, level: Level, *extra: str) -> AsyncIterator[li
 async def measure_capacity(base: str, workers: int, seconds: float, *extra: str) -> float:
     """Completions per second of a closed loop of `workers` foreign clients (after a warm-up)."""
     level = Level("capacity", "closed", workers=workers)
-    async with foreign_load(base, level, "--warmup", str(seconds / 4), *extra) as report:
+    warmup = ("--warmup", str(seconds / 4))
+    async with foreign_load(base, level, *warmup, *extra, seconds=seconds) as report:
         await asyncio.sleep(seconds)
     await drain(base, timeout=120)
     return float(report[0]["rate"])
@@ -197,7 +230,7 @@ async def drain(base: str, timeout: float) -> None:
 async def run_levels(
     base: str, levels: list[Level], target: Mapping[str, Any], *, settle: float, seconds: float,
     load_args: tuple[str, ...] = (), sample_every: float = 0.5, truth_seconds: float = 5.0,
-    learn: float = 0.0, learn_at: tuple[int, ...] = (0,),
+    learn: float = 0.0, learn_at: tuple[int, ...] = (0,), learn_grace: float = 0.0,
 ) -> list[Score]:  # fmt: skip
     """One daemon probing `base` (no metrics_url, no load) through every level in turn.
 
@@ -205,7 +238,10 @@ async def run_levels(
     long-running one has long known: the decode slowdown from its first pairs of probes (a
     level below saturation, where a companion finds a free slot), and, without a slots hint,
     the slots from probes that decoded at full batch (the first queued level). How long that
-    took is each level's `known_after`."""
+    took is each level's `known_after`. `learn_grace`: up to this many seconds more, the
+    levels `learn_at` wait until the estimate has a basis before they are scored: on a slower
+    engine the pairs take longer (llama-server on an AVX2-only CPU at 1.9 requests/s: no basis
+    for half the Poisson level after 35 s, a running MAE of 1.22)."""
     config = {
         "server": {"listen": "127.0.0.1:0", "grace_seconds": 0.5},
         "targets": [{"name": "engine", "url": f"{base}/v1", "model": "m", **target}],
@@ -213,27 +249,82 @@ async def run_levels(
     scores = []
     async with daemon(config) as (url, _), aiohttp.ClientSession() as session:
         for i, level in enumerate(levels):
-            wait_first = settle + (learn if i in learn_at else 0.0)
-            async with foreign_load(base, level, *load_args) as report:
+            level_settle = settle if level.settle is None else level.settle
+            level_seconds = seconds if level.seconds is None else level.seconds
+            wait_first = level_settle + (learn if i in learn_at else 0.0)
+            grace = learn_grace if i in learn_at else 0.0
+            planned = wait_first + grace + level_seconds
+            score = Score(level)
+            lag = LoopLag()
+            async with (
+                foreign_load(base, level, *load_args, seconds=planned) as report,
+                lag,
+                snapshot_at(planned / 2) as machine,
+            ):
                 truth: deque[tuple[float, float, float]] = deque()
-                score = Score(level)
                 started = time.monotonic()
-                while (elapsed := time.monotonic() - started) < wait_first + seconds:
-                    waiting, running = await engine_truth(session, base)
+                scored_from: float | None = None
+                elapsed = 0.0
+                while scored_from is None or elapsed < scored_from + level_seconds:
+                    elapsed = time.monotonic() - started
+                    waiting, running = await _answer(engine_truth(session, base), "engine")
                     now = time.monotonic()
                     truth.append((now, waiting, running))
                     while truth[0][0] < now - truth_seconds:
                         truth.popleft()
-                    samples = await scrape(url)
+                    samples = await _answer(scrape(url), "daemon")
                     if score.known_after is None and _known(samples):
                         score.known_after = elapsed
-                    if elapsed >= wait_first:
+                    settled = score.known_after is not None or elapsed >= wait_first + grace
+                    if scored_from is None and elapsed >= wait_first and settled:
+                        scored_from = elapsed
+                    if scored_from is not None:
                         _sample(score, truth, samples)
                     await asyncio.sleep(sample_every)
             score.completed_per_second = float(report[0]["rate"]) if report else 0.0
+            score.failed = int(report[0]["failed"]) if report else 0
+            score.reasons = dict(report[0].get("reasons", {})) if report else {}
+            score.lag = lag.worst
+            score.machine = "".join(machine)
             scores.append(score)
             await drain(base, timeout=300)
     return scores
+
+
+# How long one sample's `/metrics` read may take: an engine or daemon that does not answer
+# fails the level here, named, instead of holding the test until its timeout.
+ANSWER_SECONDS = 30.0
+
+
+async def _answer(read: Awaitable[T], who: str) -> T:
+    try:
+        return await asyncio.wait_for(read, ANSWER_SECONDS)
+    except TimeoutError:
+        machine = await asyncio.to_thread(snapshot)
+        raise AssertionError(
+            f"the {who}'s /metrics did not answer in {ANSWER_SECONDS:.0f} s\n{machine}"
+        ) from None
+
+
+def paced(level: Level, capacity: float, slots: int, settle: float, seconds: float) -> Level:
+    """`level` with its settling and scoring times long enough for the same number of probe
+    cycles on an engine of any speed (at least `settle` and `seconds`).
+
+    A probe in a closed loop of `workers` clients waits for the requests ahead and is served:
+    a cycle of about `(workers / slots + 1)` service times, a service time `slots / capacity`.
+    The estimate needs two probes through the queue before it follows it. Sized on an engine
+    serving 4.7 requests a second, the levels had a probe through in 4 s; on an AVX2-only
+    CPU, vLLM served 0.82 a second, a probe took 20 s, and with 10 s to settle the estimate
+    still read the probes of the unqueued moments (waiting 7.5 for 12.8).
+
+    At most `PACED_MAX_CYCLE_SECONDS` a cycle is allowed for: a capacity misread far low (a
+    stalled moment of the machine) must not stretch a level past the test's timeout."""
+    service = slots / capacity
+    cycle = min((level.workers / slots + 1) * service, PACED_MAX_CYCLE_SECONDS)
+    return replace(level, settle=max(settle, 2.5 * cycle), seconds=max(seconds, 2 * cycle))
+
+
+PACED_MAX_CYCLE_SECONDS = 30.0  # 75 s to settle and 60 s scored, a level at the most
 
 
 def _known(samples: Any) -> bool:

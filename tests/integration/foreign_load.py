@@ -8,8 +8,9 @@ with the daemon, so nothing the daemon computes can leak into the load it is jud
 Every request streams a chat completion with a fresh random prefix (no prefix-cache hits) and
 `max_tokens` drawn uniformly within ±spread of the mean (`ignore_eos` makes llama-server
 generate all of them), so closed-loop clients do not march in lockstep. It runs until
-`--seconds` pass or SIGTERM, never waits for requests in flight at the end, and prints one
-JSON line: requests completed, failed, and completions per second after `--warmup` seconds.
+`--seconds` pass, SIGTERM, or its standard input, a pipe, closes (its parent's end), never waits for
+requests in flight at the end, and prints one JSON line: requests completed, failed (and
+why), and completions per second after `--warmup` seconds.
 """
 
 from __future__ import annotations
@@ -17,11 +18,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
+import stat
+import sys
 import time
+from collections import Counter
 
 import aiohttp
+
+# A closed-loop client whose request failed waits this long before its next: a refusing or
+# failing engine would otherwise turn the load into a busy loop that starves the machine.
+FAILURE_PAUSE_SECONDS = 0.5
 
 
 def _body(rng: random.Random, args: argparse.Namespace) -> dict[str, object]:
@@ -38,24 +47,27 @@ class Counts:
     def __init__(self, warmup_until: float) -> None:
         self.warmup_until = warmup_until
         self.ok = self.failed = self.ok_after_warmup = 0
+        self.reasons: Counter[str] = Counter()  # why requests failed: status or error class
 
-    def done(self, ok: bool) -> None:
-        if not ok:
+    def done(self, failure: str | None) -> None:
+        if failure is not None:
             self.failed += 1
+            self.reasons[failure] += 1
             return
         self.ok += 1
         if time.monotonic() >= self.warmup_until:
             self.ok_after_warmup += 1
 
 
-async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> bool:
+async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> str | None:
+    """Streams one request to its end; None, or why it failed."""
     try:
         async with session.post(url, json=body) as resp:
             async for _ in resp.content.iter_any():
                 pass
-            return resp.status == 200
-    except aiohttp.ClientError:
-        return False
+            return None if resp.status == 200 else f"HTTP {resp.status}"
+    except aiohttp.ClientError as exc:
+        return type(exc).__name__
 
 
 async def _closed(session: aiohttp.ClientSession, args: argparse.Namespace, counts: Counts) -> None:
@@ -63,7 +75,10 @@ async def _closed(session: aiohttp.ClientSession, args: argparse.Namespace, coun
 
     async def worker() -> None:
         while True:
-            counts.done(await _one(session, args.url, _body(rng, args)))
+            failure = await _one(session, args.url, _body(rng, args))
+            counts.done(failure)
+            if failure is not None:  # a failing engine answers at once: no busy loop
+                await asyncio.sleep(FAILURE_PAUSE_SECONDS)
 
     await asyncio.gather(*(worker() for _ in range(args.workers)))
 
@@ -86,12 +101,25 @@ async def _poisson(
         task.add_done_callback(tasks.discard)
 
 
+class _UntilStdinCloses(asyncio.Protocol):
+    """Sets `stop` when standard input closes: the parent holds its other end, so that is
+    when the parent is gone (killed, say) or has let this process go."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop.set()
+
+
 async def main(args: argparse.Namespace) -> None:
     counts = Counts(time.monotonic() + args.warmup)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    if stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode):  # run by hand: no such watch
+        await loop.connect_read_pipe(lambda: _UntilStdinCloses(stop), sys.stdin)
     timeout = aiohttp.ClientTimeout(total=None)
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -103,7 +131,7 @@ async def main(args: argparse.Namespace) -> None:
         )  # fmt: skip
         measured = max(time.monotonic() - counts.warmup_until, 1e-9)
         print(json.dumps({
-            "ok": counts.ok, "failed": counts.failed,
+            "ok": counts.ok, "failed": counts.failed, "reasons": dict(counts.reasons),
             "rate": counts.ok_after_warmup / measured,
         }), flush=True)  # fmt: skip
         runner.cancel()

@@ -20,6 +20,7 @@ from prober.result import Outcome
 from prober.web import LOADS, client_session
 from tests.integration.daemon import daemon, scrape, value
 from tests.integration.foreign_accuracy import drain, engine_truth
+from tests.support.machine import LoopLag, snapshot_at
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Level:
     mae: float
     samples: int
     slots: float = 0.0  # the slots the estimate used at the level's end (llmprober_engine_slots)
+    lag: float = 0.0  # the test loop's worst lateness over the level (a stalled machine)
+    machine: str = ""  # the machine's busiest processes halfway through the level
 
     @property
     def bound(self) -> float:
@@ -85,24 +88,36 @@ async def run_levels(
             await asyncio.sleep(warmup_seconds)
             pairs: list[tuple[float, float]] = []
             end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                # The truth first: llama-server computes /metrics in its own loop, when it gets
-                # to it, so its figure describes the moment it answers; read the estimate then.
-                true_waiting, _ = await engine_truth(session, base)
-                samples = await scrape(url)
-                estimate = value(
-                    samples, "llmprober_queue_depth", source="estimate", state="waiting"
-                )
-                pairs.append((true_waiting, estimate))
-                await asyncio.sleep(sample_every)
+            lag = LoopLag()
+            async with lag, snapshot_at(seconds / 2) as machine:
+                samples = await _sample_level(session, base, url, end, sample_every, pairs)
             slots = value(samples, "llmprober_engine_slots")
             await driver.set_rate(0)
             await drain(base, timeout=300)
-            levels.append(_level(rate, pairs, slots))
+            levels.append(_level(rate, pairs, slots, lag.worst, "".join(machine)))
     return levels
 
 
-def _level(rate: float, pairs: list[tuple[float, float]], slots: float) -> Level:
+async def _sample_level(
+    session: aiohttp.ClientSession, base: str, url: str, end: float, every: float,
+    pairs: list[tuple[float, float]],
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # fmt: skip
+    """Appends (true, estimated) waiting to `pairs` until `end`; the daemon's last scrape."""
+    samples = {}
+    while time.monotonic() < end:
+        # The truth first: llama-server computes /metrics in its own loop, when it gets to
+        # it, so its figure describes the moment it answers; read the estimate then.
+        true_waiting, _ = await engine_truth(session, base)
+        samples = await scrape(url)
+        estimate = value(samples, "llmprober_queue_depth", source="estimate", state="waiting")
+        pairs.append((true_waiting, estimate))
+        await asyncio.sleep(every)
+    return samples
+
+
+def _level(
+    rate: float, pairs: list[tuple[float, float]], slots: float, lag: float, machine: str
+) -> Level:
     n = len(pairs)
     return Level(
         rate=rate,
@@ -111,6 +126,8 @@ def _level(rate: float, pairs: list[tuple[float, float]], slots: float) -> Level
         mae=sum(abs(t - e) for t, e in pairs) / n,
         samples=n,
         slots=slots,
+        lag=lag,
+        machine=machine,
     )
 
 
@@ -118,12 +135,17 @@ def table(capacity: float, levels: list[Level]) -> str:
     lines = [
         f"capacity {capacity:.3f} req/s",
         f"{'rate':>7} {'x cap':>6} {'true mean':>10} {'est mean':>9} {'MAE':>6} "
-        f"{'bound':>6} {'n':>4} {'slots':>5}",
+        f"{'bound':>6} {'n':>4} {'slots':>5} {'lag':>5}",
     ]
     for lv in levels:
         lines.append(
             f"{lv.rate:7.3f} {lv.rate / capacity:6.2f} {lv.true_mean:10.2f} "
             f"{lv.estimate_mean:9.2f} {lv.mae:6.2f} {lv.bound:6.2f} {lv.samples:4d} "
-            f"{lv.slots:5.0f}"
+            f"{lv.slots:5.0f} {lv.lag:5.1f}"
         )
     return "\n".join(lines)
+
+
+def evidence(levels: list[Level]) -> str:
+    """What the machine was doing halfway through each level: for a failure's message."""
+    return "\n".join(f"{lv.rate:.3f}/s: {lv.machine}" for lv in levels if lv.machine)

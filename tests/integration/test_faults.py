@@ -5,7 +5,8 @@ load, against the simulator's injected faults (`X-Sim-Fault`), a TLS copy of the
 a self-signed certificate, a closed port, a name that does not resolve, and every behaviour of
 the hostile server (`hostile.py`: compressed bodies, redirects, nonsense numbers, endless
 streams, junk or a held connection after the end, hang-ups, an id echoing the key, each in
-its variants). Each target must
+its variants) and every protocol-level flood (`floods.py`: 1xx runs, endless status lines
+and headers, chunk extensions, 1-byte chunks, trailers). Each target must
 count only its expected outcome, in both modes; `/metrics` must keep answering while every
 target fails; and once the daemon and servers are gone, no asyncio task and no socket may be
 left over. The outcome column mirrors the README's classification table.
@@ -32,6 +33,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.sim.faults import FAULT_HEADER
 from tests.integration.daemon import daemon, scrape, simulator, wait_for
+from tests.integration.floods import FLOODS, Flooded, flood_server
 from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of, hostile_server
 from tests.support.net import closed_port
 from tests.support.servers import SIM, bad_http_server, tls_simulator
@@ -99,7 +101,7 @@ def open_sockets() -> int:
 
 
 def fault_targets(
-    sim: str, tls_sim: str, bad_http: str, cert: Path, hostile: Hostile
+    sim: str, tls_sim: str, bad_http: str, cert: Path, hostile: Hostile, floods: Flooded
 ) -> dict[str, tuple[dict[str, Any], str]]:
     common = {"model": "sim", "interval_seconds": 60, "jitter_seconds": 0, "warmup": 0,
               "max_tokens": 4, "load": LOAD}  # fmt: skip
@@ -123,6 +125,10 @@ def fault_targets(
     for name, (_, outcome) in {**BEHAVIOURS, **OLLAMA_BEHAVIOURS}.items():
         extra = {"url": hostile.url(name), "api": api_of(name), "timeouts": HOSTILE_TIMEOUTS}
         targets[f"hostile_{name}"] = ({**common, "name": f"hostile_{name}", **extra}, outcome)
+    # Every protocol-level flood (tests/integration/floods.py): cut at its bound.
+    for name in FLOODS:
+        extra = {"url": floods.url(name), "timeouts": HOSTILE_TIMEOUTS}
+        targets[name] = ({**common, "name": name, **extra}, "protocol_error")
     return targets
 
 
@@ -161,8 +167,9 @@ async def test_fault_matrix_probes_and_load(no_dns: None, tmp_path: Path) -> Non
         tls_simulator(cert, key) as tls_sim,
         bad_http_server() as bad_http,
         hostile_server() as hostile,
+        flood_server() as floods,
     ):
-        targets = fault_targets(sim, tls_sim, bad_http, cert, hostile)
+        targets = fault_targets(sim, tls_sim, bad_http, cert, hostile, floods)
         config = {"targets": [cfg for cfg, _ in targets.values()]}
         async with daemon(config) as (url, _app):
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.engine import llama_server_fixture
-from tests.integration.queue_accuracy import measure_capacity, run_levels, table
+from tests.integration.queue_accuracy import evidence, measure_capacity, run_levels, table
 
 pytestmark = pytest.mark.engine
 engine = llama_server_fixture(4)
@@ -31,8 +31,9 @@ async def test_waiting_estimate_tracks_llama_server(engine: str) -> None:
         prompt_tokens=PROMPT_TOKENS, max_tokens=MAX_TOKENS, warmup_seconds=2.0,
         extra_body=FIXED_LENGTH,
     )  # fmt: skip
-    print("\n" + table(capacity, levels), flush=True)
+    report = f"{table(capacity, levels)}\n{evidence(levels)}"
+    print("\n" + report, flush=True)
     for level in levels:
-        assert level.mae <= level.bound, table(capacity, levels)
+        assert level.mae <= level.bound, report
     # Learned from the peak overlap of the load's own requests: the engine's -np / slots.
-    assert levels[-1].slots == 4, table(capacity, levels)
+    assert levels[-1].slots == 4, report

@@ -7,7 +7,7 @@ estimate is at most max(1 request, 20 % of the mean true depth).
 from __future__ import annotations
 
 from tests.integration.daemon import simulator
-from tests.integration.queue_accuracy import measure_capacity, run_levels, table
+from tests.integration.queue_accuracy import evidence, measure_capacity, run_levels, table
 
 FACTORS = (0.2, 0.6, 1.0, 1.5)
 
@@ -21,8 +21,9 @@ async def test_waiting_estimate_tracks_simulator_truth() -> None:
         levels = await run_levels(
             sim, rates, seconds=12, prompt_tokens=48, max_tokens=16, warmup_seconds=1.0
         )
-    print("\n" + table(capacity, levels))
+    report = f"{table(capacity, levels)}\n{evidence(levels)}"
+    print("\n" + report)
     for level in levels:
-        assert level.mae <= level.bound, table(capacity, levels)
+        assert level.mae <= level.bound, report
     # Learned from the peak overlap of the load's own requests: the engine's -np / slots.
-    assert levels[-1].slots == 4, table(capacity, levels)
+    assert levels[-1].slots == 4, report

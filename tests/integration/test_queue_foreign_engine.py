@@ -12,7 +12,14 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.engine import llama_server_fixture
-from tests.integration.foreign_accuracy import Level, check, measure_capacity, run_levels, table
+from tests.integration.foreign_accuracy import (
+    Level,
+    check,
+    evidence,
+    measure_capacity,
+    run_levels,
+    table,
+)
 
 pytestmark = pytest.mark.engine
 SLOTS = 4
@@ -37,10 +44,12 @@ async def test_probes_alone_track_llama_servers_queue(engine: str) -> None:
     # 45 s a level: about a dozen probes in a queued one (a job waits, then decodes, one at
     # a time). With 30 s, eight or so, and a figure that rests on so few waits swings: the
     # closed 2× MAE read 0.50 to 0.71 in runs here, and 1.26 against 1.20 once on CI (with
-    # the drain-rate mix that foreign.py's `_service` no longer makes).
+    # the drain-rate mix that capacity/probes.py's `_service` no longer makes).
     scores = await run_levels(
-        engine, levels, PROBE, settle=15, seconds=45, learn=20, load_args=ANSWER
-    )
+        engine, levels, PROBE, settle=15, seconds=45, learn=20, learn_grace=60,
+        load_args=ANSWER,
+    )  # fmt: skip
     report = table(scores, f"llama-server -np {SLOTS}, capacity {capacity:.2f}/s")
+    report += "\n" + evidence(scores)
     print("\n" + report, flush=True)
     assert not check(scores, SLOTS), report

@@ -59,7 +59,7 @@ async def test_saturation_rises_before_ttft_p95_breaks_the_slo() -> None:
             await asyncio.sleep(8)  # the first pairs: the decode slowdown is learned
             for factor in RAMP:
                 level = Level(f"x{factor}", "poisson", rate=factor * capacity)
-                async with foreign_load(base, level):
+                async with foreign_load(base, level, seconds=12):
                     await asyncio.sleep(4)
                     before = _probe_ttft_buckets(await scrape(url))
                     sats = []

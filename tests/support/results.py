@@ -1,9 +1,14 @@
-"""A `RequestResult` with plain integer stamps, for tests of what is computed from one."""
+"""A `RequestResult` with plain integer stamps, for tests of what is computed from one, and a
+throwaway `Recorder` for code that needs one."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from prober.metrics import Metrics
+from prober.record import Recorder
 from prober.result import Outcome, RequestResult
 
 S = 1_000_000_000  # ns per second
@@ -26,3 +31,8 @@ def result(outcome: Outcome = Outcome.OK, **kw: Any) -> RequestResult:
     }
     base.update(kw)
     return RequestResult(outcome=outcome, **base)
+
+
+def recorder() -> Recorder:
+    """A recorder on a registry of its own: what bench gives its load driver."""
+    return Recorder(Metrics(CollectorRegistry()))

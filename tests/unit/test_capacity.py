@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from prober.capacity import CapacityCollector, TargetCapacity, saturation
-from prober.estimate import OwnLoad, _companion_stretches
-from prober.foreign import Basis
+from prober.capacity.own import OwnLoad, _companion_stretches
+from prober.capacity.probes import _MIN_PAIRS, _MIN_SLOT_PAIRS
+from prober.capacity.server import Engine, ServerSnapshot
+from prober.capacity.target import CapacityCollector, TargetCapacity, saturation
+from prober.kinds import Basis
 from prober.metrics import Metrics
 from prober.result import Outcome, RequestResult
-from prober.servers import Engine, ServerSnapshot
 from prober.settings import TargetConfig
 from prober.targets import Target
 from tests.support.clock import Clock
@@ -65,7 +66,7 @@ def test_companions_go_with_every_probe_while_learning_then_with_pair_share() ->
         assert cap.companion_delay(0.4, draw) == pytest.approx(0.08)
     foreign = cap.estimator.foreign
     assert foreign is not None
-    for _ in range(5):  # five pairs tell the slowdown where the slots are hinted
+    for _ in range(_MIN_PAIRS):  # these tell the slowdown where the slots are hinted
         foreign.decode.observe_pair(0.020, 0.026)
     assert not foreign.learning
     assert cap.companion_delay(0.4, 0.2) == pytest.approx(0.08)
@@ -78,10 +79,10 @@ def test_without_a_slots_hint_learning_lasts_until_the_slots_can_be_read() -> No
     cap.observe(probe(0.0, 0.05, [0.02] * 10), probe=True)
     foreign = cap.estimator.foreign
     assert foreign is not None
-    for _ in range(5):
+    for _ in range(_MIN_PAIRS):
         foreign.decode.observe_pair(0.020, 0.026)
-    assert cap.companion_delay(0.4, 0.99) is not None  # five pairs do not give the slots
-    for _ in range(10):
+    assert cap.companion_delay(0.4, 0.99) is not None  # so few pairs do not give the slots
+    for _ in range(_MIN_SLOT_PAIRS - _MIN_PAIRS):
         foreign.decode.observe_pair(0.020, 0.026)
     assert cap.companion_delay(0.4, 0.99) is None
 

@@ -40,7 +40,7 @@ FIELDS = {
     "slo": ["ttft_seconds", "tpot_seconds", "e2e_seconds"],
     "tls": ["verify", "ca_file"],
     "load": ["rate", "arrival", "max_in_flight", "prompt_tokens", "prompt_tokens_spread",
-             "max_tokens", "max_tokens_spread", "seed"],
+             "max_tokens", "max_tokens_spread", "seed", "burstiness", "schedule", "trace"],
     "logging": ["level", "format", "log_prompts"],
     "shard": ["index", "count"],
 }  # fmt: skip

@@ -102,7 +102,7 @@ def test_a_section_must_be_json(tmp_path: Path) -> None:
 
 def test_a_value_from_the_environment_is_validated_like_the_file(tmp_path: Path) -> None:
     got = problems(config(tmp_path), {"LLMPROBER_TARGETS__0__CONNECTION": "sometimes"})
-    assert got == ["targets[0].connection: Input should be 'pooled' or 'fresh'"]
+    assert got == ["targets[0].connection: must be one of 'pooled' or 'fresh', got 'sometimes'"]
 
 
 def test_check_config_exits_2_naming_the_variable(tmp_path: Path) -> None:

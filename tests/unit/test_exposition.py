@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import math
+import zlib
 from collections.abc import Iterator
 
 import aiohttp
@@ -27,14 +28,16 @@ from prometheus_client import (
     enable_created_metrics,
     exposition,
 )
+from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 
-from prober.exposition import OPENMETRICS, TEXT, FastExposition, fmt, metrics_handler
+from prober.exposition import OPENMETRICS, TEXT, FastExposition, fmt
 from prober.metrics import Labels, Metrics
 from prober.result import Outcome, TokenSource
+from prober.scrapes import metrics_handler
 from prober.timings import Slo
 from tests.support.results import result
 from tests.support.servers import serve_app
@@ -128,16 +131,15 @@ def everything() -> CollectorRegistry:
     return registry
 
 
-def test_every_shape_renders_as_the_library_does() -> None:
-    assert_same(everything())
-
-
-def test_without_created_series() -> None:
-    disable_created_metrics()
+@pytest.mark.parametrize("created", [True, False], ids=["with-created", "without-created"])
+def test_every_shape_renders_as_the_library_does(created: bool) -> None:
+    # The switch is process-wide (the daemon's app turns it off): set it, whatever ran before.
+    was = prometheus_metrics._use_created
+    (enable_created_metrics if created else disable_created_metrics)()
     try:
         assert_same(everything())
     finally:
-        enable_created_metrics()
+        (enable_created_metrics if was else disable_created_metrics)()
 
 
 def test_the_daemons_own_metrics() -> None:
@@ -220,6 +222,10 @@ def test_fmt_is_floatToGoString(value: float) -> None:
     assert fmt(value) == floatToGoString(value)
 
 
+# aiohttp takes the first of its codings (deflate, gzip, identity) that Accept-Encoding names.
+ENCODINGS = ("gzip", "identity", "deflate", "gzip, deflate, br", "br", "")
+
+
 async def test_handler_answers_as_make_aiohttp_handler_does() -> None:
     registry = everything()
     app = web.Application()
@@ -227,7 +233,7 @@ async def test_handler_answers_as_make_aiohttp_handler_does() -> None:
     app.router.add_get("/library", make_aiohttp_handler(registry))
     queries = ("", "?name[]=requests_total&name[]=level")
     async with serve_app(app) as root, aiohttp.ClientSession(auto_decompress=False) as session:
-        for accept, query, encoding in itertools.product(ACCEPTS, queries, ("gzip", "identity")):
+        for accept, query, encoding in itertools.product(ACCEPTS, queries, ENCODINGS):
             answers = []
             for path in ("/daemon", "/library"):
                 headers = {"Accept": accept, "Accept-Encoding": encoding}
@@ -236,10 +242,13 @@ async def test_handler_answers_as_make_aiohttp_handler_does() -> None:
                     encoded = resp.headers.get("Content-Encoding")
                     if encoded == "gzip":
                         body = gzip.decompress(body)
+                    elif encoded == "deflate":
+                        body = zlib.decompress(body)
                     answers.append((resp.status, resp.headers["Content-Type"], encoded, body))
             assert answers[0] == answers[1], (accept, query, encoding)
             assert answers[0][0] == 200
-            assert (answers[0][2] == "gzip") == (encoding == "gzip")
+            chosen = [coding for coding in ("deflate", "gzip") if coding in encoding]
+            assert answers[0][2] == (chosen[0] if chosen else None), encoding
 
 
 @pytest.mark.parametrize("accept", ACCEPTS)

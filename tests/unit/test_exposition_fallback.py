@@ -13,8 +13,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from prober.exposition import FastExposition, fallback_counter, metrics_handler, negotiate
+from prober.exposition import FastExposition, fallback_counter, negotiate
 from prober.logs import setup_logging
+from prober.scrapes import metrics_handler
 
 FALLBACKS = "llmprober_exposition_fallback_total"
 # Accept headers the fast path serves itself (text 0.0.4 and 1.0.0, OpenMetrics 1.0.0).

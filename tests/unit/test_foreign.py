@@ -6,8 +6,10 @@ import statistics
 
 import pytest
 
-from prober.estimate import QueueEstimator
-from prober.foreign import (
+from prober.capacity.own import QueueEstimator
+from prober.capacity.probes import (
+    _MIN_PAIRS,
+    _MIN_SLOT_PAIRS,
     Basis,
     DecodeModel,
     ForeignEstimator,
@@ -30,7 +32,7 @@ def gap(batch: int) -> float:
 def learned_model(full_batch: int = 4) -> DecodeModel:
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
-    for others in range(15):
+    for others in range(_MIN_SLOT_PAIRS):
         model.observe_pair(gap(1 + others % 3), gap(2 + others % 3))
     for _ in range(3):
         model.observe(gap(full_batch), full_batch=True)
@@ -56,7 +58,7 @@ def test_decode_model_learns_alpha_beta_and_the_slots() -> None:
 def test_decode_model_prefers_the_secant_once_a_full_batch_is_seen() -> None:
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
-    for _ in range(5):
+    for _ in range(_MIN_PAIRS):
         model.observe_pair(0.010, 0.030)  # noisy pairs: a jump of 20 ms
     model.observe(gap(4), full_batch=True)
     assert model.beta(4) == pytest.approx(BETA)  # (gap_full − α) / (slots − 1)
@@ -69,15 +71,17 @@ def test_slots_are_not_learned_from_too_little() -> None:
     model.observe(gap(4), full_batch=True)
     assert model.learning(slots_known=True)
     assert model.learned_slots() is None
-    for _ in range(5):
+    for _ in range(_MIN_PAIRS):
         model.observe_pair(gap(1), gap(2))
     assert not model.learning(slots_known=True)  # enough for β where the slots are hinted
     assert model.learning(slots_known=False)
     model.observe(gap(4), full_batch=True)
     model.observe(gap(4), full_batch=True)
-    assert model.learned_slots() is None  # 5 pairs are too few to read the slots from
-    for _ in range(10):
+    assert model.learned_slots() is None  # too few pairs to read the slots from
+    for _ in range(_MIN_SLOT_PAIRS - _MIN_PAIRS - 1):
         model.observe_pair(gap(1), gap(2))
+    assert model.learned_slots() is None  # one short
+    model.observe_pair(gap(1), gap(2))
     assert not model.learning(slots_known=False)
     assert model.learned_slots() == 4
 
@@ -89,7 +93,7 @@ def test_learned_slots_survive_pairs_that_a_foreign_request_disturbed() -> None:
     model.observe(gap(1), full_batch=False)
     for _ in range(3):
         model.observe(gap(4), full_batch=True)
-    for i in range(15):
+    for i in range(_MIN_SLOT_PAIRS):
         jump = (0.0, 2 * BETA, BETA)[i % 3]
         model.observe_pair(gap(1), gap(1) + jump)
     assert model.learned_slots() == 4
@@ -99,7 +103,7 @@ def test_one_full_batch_probe_is_not_enough_for_the_slots() -> None:
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
     model.observe(gap(4), full_batch=True)
-    for _ in range(15):
+    for _ in range(_MIN_SLOT_PAIRS):
         model.observe_pair(gap(1), gap(2))
     assert model.learned_slots() is None
     model.observe(gap(4), full_batch=True)
@@ -248,7 +252,7 @@ def test_a_pair_gives_the_jump_of_one_more_sequence() -> None:
 def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from prober.capacity import CapacityCollector, TargetCapacity
+    from prober.capacity.target import CapacityCollector, TargetCapacity
     from prober.metrics import Metrics
     from prober.settings import TargetConfig
     from prober.targets import Target
@@ -274,9 +278,9 @@ def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> Non
 def test_server_saturation_divides_by_the_slots_hint_before_anything_is_learned() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from prober.capacity import CapacityCollector, TargetCapacity
+    from prober.capacity.server import Engine, ServerSnapshot
+    from prober.capacity.target import CapacityCollector, TargetCapacity
     from prober.metrics import Metrics
-    from prober.servers import Engine, ServerSnapshot
     from prober.settings import TargetConfig
     from prober.targets import Target
 
@@ -334,18 +338,34 @@ def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
 
 def test_slots_are_read_from_the_centre_of_one_more_sequences_jumps() -> None:
     """Jumps spread around 0, β and 2β, more of them near 0 than a plain median can bear:
-    their median (5.0 ms) reads 5 slots for 4, the centre of β's cluster (6.1 ms) 4."""
+    their median (5.0 ms) reads 5 slots for 4; the centre of β's cluster (6.1 ms), found
+    from their mean (4.5 ms), 4."""
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
     for _ in range(3):
         model.observe(gap(4), full_batch=True)
     jumps_ms = [-0.7, -0.3, 0.2, 0.4, 0.5, 0.8, 4.6, 5.0, 5.6, 6.1, 6.4, 6.9, 7.2, 12.4, 13.0]
+    jumps_ms *= 3  # enough pairs for the slots
     for jump in jumps_ms:
         model.observe_pair(gap(1), gap(1) + jump / 1000)
     plain = statistics.median(jumps_ms) / 1000
     assert round(1 + (gap(4) - ALPHA) / plain) == 5
     assert model.learned_slots() == 4
     assert model.beta(None) == pytest.approx(plain)  # the running figure keeps the median
+
+
+def test_slots_are_found_from_the_jumps_mean_where_their_median_is_near_zero() -> None:
+    """Half the pairs disturbed by a foreign request leaving (jump 0), fewer by one joining
+    (2β): the median falls between 0 and β (7 slots for 4), the mean in β's cluster."""
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for _ in range(3):
+        model.observe(gap(4), full_batch=True)
+    jumps = [0.0] * 22 + [BETA] * 12 + [2 * BETA] * 10
+    for jump in jumps:
+        model.observe_pair(gap(1), gap(1) + jump)
+    assert round(1 + (gap(4) - ALPHA) / statistics.median(jumps)) == 7
+    assert model.learned_slots() == 4
 
 
 def test_no_positive_jump_gives_no_beta_and_no_slots() -> None:

@@ -21,11 +21,11 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "leaf helpers",
         {"timings", "sse", "wire", "arrivals", "prompts", "runtime", "webconfig", "validation"}
-        | {"foreign", "servers"},
+        | {"exchange", "workload"},
     ),
-    ("one request, one signal", {"stream", "body", "request", "summary", "estimate", "metrics"}),
-    ("exposition", {"exposition"}),
-    ("configuration", {"settings", "targets"}),
+    ("one request, one signal", {"stream", "body", "request", "summary", "metrics"}),
+    ("exposition", {"exposition", "scrapes"}),
+    ("configuration", {"section", "loadconfig", "settings", "targets"}),
     ("capacity", {"capacity"}),
     ("recording", {"record"}),
     ("probes and load", {"schedule", "load"}),
@@ -132,3 +132,20 @@ def test_the_check_sees_lazy_and_relative_imports() -> None:
     assert "prober.timings" in GRAPH["prober.summary"]  # `from prober import timings`
     assert "prober" in GRAPH["prober.wire"]  # `from prober import __version__`
     assert resolve("prober.bench.cli") == "prober.bench.cli"
+
+
+# Who writes the daemon's series (docs/design.md §1): `metrics` declares them and records a
+# result; `record` is the one writer of every per-target series; `capacity/target` writes the
+# capacity's own (queue wait, scrape errors) as it observes; `wire` sets the process-wide
+# stamping gauge once. A series written anywhere else is a second writer.
+WRITERS = {"prober/metrics.py", "prober/record.py", "prober/capacity/target.py", "prober/wire.py"}
+WRITES = (".labels(", ".describe_target(", ".record_probe(", ".expect(", "metrics.record(")
+
+
+def test_one_writer_of_the_series() -> None:
+    found = {
+        str(path.relative_to(ROOT))
+        for path in PACKAGE.rglob("*.py")
+        if any(write in path.read_text() for write in WRITES)
+    }
+    assert found <= WRITERS, sorted(found - WRITERS)

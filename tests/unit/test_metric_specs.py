@@ -7,6 +7,7 @@ state repeated `observe` calls would, sample for sample, for any list of values.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import cast
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -40,6 +42,23 @@ async def test_the_daemon_exports_the_tables_families_and_no_other() -> None:
         await runner.cleanup()
     table = {spec.family: (spec.kind.value, spec.help) for spec in SPECS}
     assert exported == table
+
+
+@pytest.mark.parametrize("accept", ["text/plain", "application/openmetrics-text; version=1.0.0"])
+async def test_the_daemon_serves_no_created_series(accept: str) -> None:
+    """Counters and histograms carry no `_created` sample in either format (docs/design.md)."""
+    target = {"name": "t", "url": "http://127.0.0.1:1/v1", "model": "m", "interval_seconds": 3600}
+    app = build_app(Settings.model_validate({"targets": [target]}), CollectorRegistry())
+    async with TestClient(TestServer(app)) as client:
+        for _ in range(200):  # the first probe (refused at once) is counted within a second
+            text = await (await client.get("/metrics", headers={"Accept": accept})).text()
+            if 'outcome="connect_error",target="t"} 1.0' in text:
+                break
+            await asyncio.sleep(0.01)
+    assert 'outcome="connect_error",target="t"} 1.0' in text, text
+    assert "llmprober_requests_total{" in text
+    assert "llmprober_dispatch_lag_seconds_count{" in text  # a histogram
+    assert [line for line in text.splitlines() if "_created" in line] == []
 
 
 def test_the_readme_documents_every_metric() -> None:

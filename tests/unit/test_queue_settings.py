@@ -8,22 +8,22 @@ import pytest
 
 from prober.settings import ConfigError, load_settings
 
-GE1 = "Input should be greater than or equal to 1"
+GE1 = "must be at least 1"
 BASE = "targets:\n  - {name: a, url: 'http://127.0.0.1:1/v1', model: m, %s}\n"
 
 
 @pytest.mark.parametrize(
     ("option", "problem"),
     [
-        ("slots: 0", f"targets[0].slots: {GE1}"),
-        ("slots: -4", f"targets[0].slots: {GE1}"),
-        ("slots: 2.5", "targets[0].slots: Input should be a valid integer"),
-        ("slots: 4.0", "targets[0].slots: Input should be a valid integer"),
-        ("slots: true", "targets[0].slots: Input should be a valid integer"),
-        ("slots: four", "targets[0].slots: Input should be a valid integer"),
-        ("pair_share: 1.5", "targets[0].pair_share: Input should be less than or equal to 1"),
-        ("probes_in_flight: 0", f"targets[0].probes_in_flight: {GE1}"),
-        ("traffic: {output_tokens: 0}", f"targets[0].traffic.output_tokens: {GE1}"),
+        ("slots: 0", f"targets[0].slots: {GE1}, got 0"),
+        ("slots: -4", f"targets[0].slots: {GE1}, got -4"),
+        ("slots: 2.5", "targets[0].slots: must be an integer, got 2.5"),
+        ("slots: 4.0", "targets[0].slots: must be an integer, got 4.0"),
+        ("slots: true", "targets[0].slots: must be an integer, got True"),
+        ("slots: four", "targets[0].slots: must be an integer, got 'four'"),
+        ("pair_share: 1.5", "targets[0].pair_share: must be at most 1, got 1.5"),
+        ("probes_in_flight: 0", f"targets[0].probes_in_flight: {GE1}, got 0"),
+        ("traffic: {output_tokens: 0}", f"targets[0].traffic.output_tokens: {GE1}, got 0"),
         ("traffic: {shape: 3}", "targets[0].traffic.shape: unknown key"),
     ],
 )  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -17,7 +18,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from prober.request import Api, RequestSpec, Timeouts, parse_retry_after, stream_request
+from prober.request import (
+    DEFAULT_TIMEOUTS,
+    Api,
+    RequestSpec,
+    Timeouts,
+    parse_retry_after,
+    stream_request,
+)
 from prober.result import Outcome, RequestResult, TokenSource
 from prober.stream import StreamState
 from tests.support.net import closed_port
@@ -25,6 +33,10 @@ from tests.support.servers import FAST, serve
 from tests.support.sse import chunk, sse, start_stream, streaming
 
 OLLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "ollama"
+
+# Timeouts beside the defaults: a stall watched at 0.3 s; a total shorter than the stall.
+STALL = replace(DEFAULT_TIMEOUTS, first_token_seconds=3, idle_seconds=0.3, total_seconds=5)
+SHORT_TOTAL = replace(DEFAULT_TIMEOUTS, first_token_seconds=3, idle_seconds=3, total_seconds=0.5)
 
 
 async def probe(
@@ -225,7 +237,7 @@ async def test_headers_never_sent_is_timeout_first_token() -> None:
 
     async with serve(handler) as url:
         started = time.monotonic()
-        r = await probe(url, Timeouts(connect_seconds=2, first_token_seconds=0.3))
+        r = await probe(url, replace(DEFAULT_TIMEOUTS, connect_seconds=2, first_token_seconds=0.3))
     assert r.outcome is Outcome.TIMEOUT_FIRST_TOKEN
     assert r.error == "no token in 0.3s"
     assert 0.25 < time.monotonic() - started < 2
@@ -239,7 +251,7 @@ async def test_role_chunk_then_silence_is_timeout_first_token() -> None:
         return resp
 
     async with serve(handler) as url:
-        r = await probe(url, Timeouts(connect_seconds=2, first_token_seconds=0.3))
+        r = await probe(url, replace(DEFAULT_TIMEOUTS, connect_seconds=2, first_token_seconds=0.3))
     assert r.outcome is Outcome.TIMEOUT_FIRST_TOKEN
     assert r.http_status == 200
 
@@ -252,7 +264,7 @@ async def test_tokens_then_silence_is_stalled() -> None:
         return resp
 
     async with serve(handler) as url:
-        r = await probe(url, Timeouts(first_token_seconds=3, idle_seconds=0.3, total_seconds=5))
+        r = await probe(url, STALL)
     assert r.outcome is Outcome.STALLED
     assert r.error == "no event for 0.3s"
     assert r.output_tokens == 2
@@ -270,7 +282,7 @@ async def test_tokens_spaced_below_idle_rearm_the_watch_until_silence() -> None:
         return resp
 
     async with serve(handler) as url:
-        r = await probe(url, Timeouts(first_token_seconds=3, idle_seconds=0.3, total_seconds=5))
+        r = await probe(url, STALL)
     assert r.outcome is Outcome.STALLED, r.error
     assert r.error == "no event for 0.3s"
     assert r.output_tokens == 10
@@ -287,7 +299,7 @@ async def test_keepalives_alone_do_not_count_as_events() -> None:
         return resp
 
     async with serve(handler) as url:
-        r = await probe(url, Timeouts(first_token_seconds=3, idle_seconds=0.3, total_seconds=5))
+        r = await probe(url, STALL)
     assert r.outcome is Outcome.STALLED
 
 
@@ -301,7 +313,7 @@ async def test_endless_tokens_is_timeout_total() -> None:
 
     async with serve(handler) as url:
         started = time.monotonic()
-        r = await probe(url, Timeouts(first_token_seconds=3, idle_seconds=3, total_seconds=0.5))
+        r = await probe(url, SHORT_TOTAL)
     assert r.outcome is Outcome.TIMEOUT_TOTAL
     assert r.error == "no end in 0.5s"
     assert r.output_tokens > 5

@@ -16,7 +16,7 @@ import pytest
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from prometheus_client import CollectorRegistry
 
-from prober.capacity import TargetCapacity
+from prober.capacity.target import TargetCapacity
 from prober.metrics import Metrics
 from prober.record import Mode, Recorder, cancelled
 from prober.result import Outcome, RequestResult
@@ -27,6 +27,7 @@ from tests.support.clock import Clock
 
 MS = 1_000_000
 SESSION = cast(aiohttp.ClientSession, object())  # the fake endpoint never uses it
+SESSIONS = {"t": SESSION}  # every target here is named "t"
 WALL = 1_700_000_000.0
 
 
@@ -101,7 +102,7 @@ async def test_each_probe_run_records_its_outcome_and_the_target_becomes_ready()
     endpoint = Endpoint()
     t = target(endpoint)
     metrics = Metrics(CollectorRegistry())
-    scheduler = ProbeScheduler(SESSION, [t], Recorder(metrics, wall_clock=lambda: WALL))
+    scheduler = ProbeScheduler(SESSIONS, [t], Recorder(metrics, wall_clock=lambda: WALL))
     assert not scheduler.ready
     await scheduler._job("t")
     assert scheduler.ready
@@ -116,7 +117,7 @@ async def test_each_probe_run_records_its_outcome_and_the_target_becomes_ready()
 async def test_warm_up_probes_are_sent_but_never_recorded() -> None:
     endpoint = Endpoint()
     metrics = Metrics(CollectorRegistry())
-    scheduler = ProbeScheduler(SESSION, [target(endpoint, warmup=2)], Recorder(metrics))
+    scheduler = ProbeScheduler(SESSIONS, [target(endpoint, warmup=2)], Recorder(metrics))
     await scheduler._job("t")
     await scheduler._job("t")  # warmed once per target
     assert endpoint.sends == 4
@@ -131,7 +132,7 @@ async def soon(event: asyncio.Event) -> None:
 def started(endpoint: Endpoint, metrics: Metrics) -> ProbeScheduler:
     """A running scheduler whose first probe is due at once; the next only in an hour."""
     scheduler = ProbeScheduler(
-        SESSION, [target(endpoint, interval_seconds=3600)], Recorder(metrics)
+        SESSIONS, [target(endpoint, interval_seconds=3600)], Recorder(metrics)
     )
     scheduler.start()
     return scheduler
@@ -184,7 +185,7 @@ async def test_a_companion_joins_the_probe_when_the_capacity_asks_for_one() -> N
         observe_pair(primary, companion)
 
     cap.observe_pair = spy  # type: ignore[method-assign]
-    scheduler = ProbeScheduler(SESSION, [t], Recorder(metrics, {"t": cap}))
+    scheduler = ProbeScheduler(SESSIONS, [t], Recorder(metrics, {"t": cap}))
     # No probe decoded yet: the capacity knows no decode time to place a companion in.
     assert cap.companion_delay(0.4, 0.0) is None
     await scheduler._job("t")
@@ -207,7 +208,7 @@ async def test_every_probe_is_counted_in_flight_for_the_estimate_while_it_runs()
     clock = Clock()
     metrics = Metrics(CollectorRegistry())
     cap = TargetCapacity(t, metrics, clock=clock)
-    scheduler = ProbeScheduler(SESSION, [t], Recorder(metrics, {"t": cap}))
+    scheduler = ProbeScheduler(SESSIONS, [t], Recorder(metrics, {"t": cap}))
     job = asyncio.create_task(scheduler._job("t"))
     await soon(endpoint.entered)
     clock.now += 2.0

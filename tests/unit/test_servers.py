@@ -1,4 +1,5 @@
-"""prober.servers: normalising engine /metrics, against recorded expositions and a real server."""
+"""prober.capacity.server: engine /metrics normalised, against recorded expositions and a real
+server."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from prober.servers import (
+from prober.capacity.server import (
     Engine,
     ServerMetricsError,
     ServerSnapshot,
@@ -31,7 +32,7 @@ def fixture_text(name: str) -> str:
 
 # Each fixture's header comment states the same expectations, so a reader can check both.
 EXPECTED = {
-    "vllm": ServerSnapshot(Engine.vllm, 3.0, 8.0, 0.41875, 1244.0),
+    "vllm": ServerSnapshot(Engine.vllm, 5.0, 3.0, 0.006595822645657723, 11.0),
     "llamacpp": ServerSnapshot(Engine.llamacpp, 7.0, 4.0, None, None),
     "sglang": ServerSnapshot(Engine.sglang, 5.0, 12.0, 0.63, 3517.0),
     "tgi": ServerSnapshot(Engine.tgi, 6.0, 4.0, None, 2178.0),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from prober import kinds
 from prober.bench.cli import add_bench_parser
@@ -32,13 +32,7 @@ WITH_METRICS_AND_LOAD = MINIMAL + (
 TARGET = "targets:\n  - name: a\n    url: http://x/v1\n    model: m\n"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No stray LLMPROBER_* variable from the developer's shell, no stray files in cwd."""
-    for name in os.environ:
-        if name.upper().startswith("LLMPROBER_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")  # tests/unit/conftest.py
 
 
 def load(tmp_path: Path, text: str) -> Settings:
@@ -104,12 +98,12 @@ INVALID = [
     ),
     pytest.param(
         TARGET + "    interval_seconds: 0\n",
-        ["targets[0].interval_seconds: Input should be greater than or equal to 0.1"],
+        ["targets[0].interval_seconds: must be at least 0.1, got 0"],
         id="zero-interval",
     ),
     pytest.param(
         TARGET + "    interval_seconds: -5\n",
-        ["targets[0].interval_seconds: Input should be greater than or equal to 0.1"],
+        ["targets[0].interval_seconds: must be at least 0.1, got -5"],
         id="negative-interval",
     ),
     pytest.param(
@@ -161,22 +155,22 @@ INVALID = [
     ),
     pytest.param(
         TARGET + "    load: {rate: 0}\n",
-        ["targets[0].load.rate: Input should be greater than 0"],
+        ["targets[0].load.rate: must be greater than 0, got 0"],
         id="load-rate-zero",
     ),
     pytest.param(
         TARGET + "    load: {rate: -1.5}\n",
-        ["targets[0].load.rate: Input should be greater than 0"],
+        ["targets[0].load.rate: must be greater than 0, got -1.5"],
         id="load-rate-negative",
     ),
     pytest.param(
         TARGET + "    load: {max_in_flight: 4}\n",
-        ["targets[0].load.rate: required"],
+        ["targets[0].load.rate: required (or a schedule, or a trace)"],
         id="load-rate-missing",
     ),
     pytest.param(
         TARGET + "    load: {rate: 1, max_in_flight: 0}\n",
-        ["targets[0].load.max_in_flight: Input should be greater than or equal to 1"],
+        ["targets[0].load.max_in_flight: must be at least 1, got 0"],
         id="load-max-in-flight-zero",
     ),
     pytest.param(
@@ -184,9 +178,7 @@ INVALID = [
         ["shard: index 2 must be below count 2"],
         id="shard-index-too-high",
     ),
-    pytest.param(
-        "targets: 5\n", ["targets: Input should be a valid list"], id="targets-not-a-list"
-    ),
+    pytest.param("targets: 5\n", ["targets: must be a list, got 5"], id="targets-not-a-list"),
 ]
 
 
@@ -352,10 +344,11 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     ("text", "expected"),
     [
         ("    engine: ollama\n",
-         "targets[0].engine: Input should be 'vllm', 'llamacpp', 'sglang' or 'tgi'"),
-        ("    connection: reuse\n", "targets[0].connection: Input should be 'pooled' or 'fresh'"),
+         "targets[0].engine: must be one of 'vllm', 'llamacpp', 'sglang' or 'tgi', got 'ollama'"),
+        ("    connection: reuse\n",
+         "targets[0].connection: must be one of 'pooled' or 'fresh', got 'reuse'"),
         ("    load: {rate: 1, arrival: burst}\n",
-         "targets[0].load.arrival: Input should be 'poisson' or 'constant'"),
+         "targets[0].load.arrival: must be one of 'poisson', 'constant' or 'gamma', got 'burst'"),
     ],
 )  # fmt: skip
 def test_closed_set_faults_list_the_choices(tmp_path: Path, text: str, expected: str) -> None:
@@ -380,3 +373,54 @@ def test_web_config_faults_are_reported_beside_the_others(tmp_path: Path) -> Non
         "server.listen: must be HOST:PORT, got 'bad'",
         f"server.web_config_file: cannot read {tmp_path / 'nope.yml'}: No such file or directory",
     ]
+
+
+# -- booleans are not numbers (issue 25, item 9) ---------------------------------------------
+
+
+def _numeric_fields() -> list[tuple[str, str]]:
+    """(YAML path, section text builder key) of every int or float setting."""
+    from prober import settings as s
+
+    sections = {
+        "server": s.ServerConfig, "shard": s.ShardConfig, "targets[0]": s.TargetConfig,
+        "targets[0].timeouts": s.TimeoutsConfig, "targets[0].slo": s.SloConfig,
+        "targets[0].load": s.LoadConfig, "targets[0].traffic": s.TrafficConfig,
+    }  # fmt: skip
+    found = []
+    for where, model in sections.items():
+        for name, info in model.model_fields.items():
+            if s._unwrap(info.annotation) in (int, float):
+                found.append((where, name))
+    return found
+
+
+def _with_true(where: str, name: str) -> dict[str, object]:
+    target: dict[str, object] = {"name": "a", "url": "http://x/v1", "model": "m"}
+    doc: dict[str, object] = {"targets": [target]}
+    if where in ("server", "shard"):
+        doc[where] = {name: True}
+    elif where == "targets[0]":
+        target[name] = True
+    else:
+        section = where.rpartition(".")[2]
+        target[section] = {**({"rate": 1.0} if section == "load" else {}), name: True}
+    return doc
+
+
+NUMERIC_FIELDS = _numeric_fields()
+INT_FIELDS = {"prompt_tokens", "max_tokens", "warmup", "max_in_flight", "seed", "slots",
+              "probes_in_flight", "index", "count", "output_tokens"}  # fmt: skip
+
+
+def test_every_numeric_field_is_found() -> None:
+    names = {name for _, name in NUMERIC_FIELDS}
+    assert {"max_tokens", "grace_seconds", "rate", "slots", "ttft_seconds", "count"} <= names
+
+
+@pytest.mark.parametrize(("where", "name"), NUMERIC_FIELDS, ids=lambda v: str(v))
+def test_a_bool_is_not_a_number_in_any_numeric_field(tmp_path: Path, where: str, name: str) -> None:
+    found = problems(tmp_path, yaml.safe_dump(_with_true(where, name)))
+    assert len(found) == 1, found
+    noun = "an integer" if name in INT_FIELDS else "a number"
+    assert found == [f"{where}.{name}: must be {noun}, got True"]

@@ -13,31 +13,31 @@ from prober.sim.faults import Fault, FaultKind, FaultPicker, parse_fault
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("model", "", "model must be a non-empty string"),
-        ("slots", 0, "slots must be >= 1"),
-        ("slots", True, "slots must be an integer"),
-        ("prefill_tokens_per_second", 0.0, "prefill_tokens_per_second must be > 0"),
-        ("prefill_base_seconds", -1.0, "prefill_base_seconds must be >= 0"),
-        ("decode_step_seconds", 0.0, "decode_step_seconds must be > 0"),
-        ("decode_step_seconds", float("nan"), "decode_step_seconds must be finite"),
-        ("decode_slowdown", -0.1, "decode_slowdown must be >= 0"),
-        ("default_max_tokens", 0, "default_max_tokens must be >= 1"),
-        ("reasoning_tokens", -1, "reasoning_tokens must be >= 0"),
-        ("reasoning_field", "thoughts", "reasoning_field must be one of"),
-        ("tokens_per_chunk", 0, "tokens_per_chunk must be >= 1"),
-        ("kv_capacity_tokens", -5, "kv_capacity_tokens must be >= 0"),
-        ("timings", 1, "timings must be a bool"),
+        ("model", "", "model: must be a non-empty string"),
+        ("slots", 0, "slots: must be at least 1"),
+        ("slots", True, "slots: must be an integer"),
+        ("prefill_tokens_per_second", 0.0, "prefill_tokens_per_second: must be greater than 0"),
+        ("prefill_base_seconds", -1.0, "prefill_base_seconds: must be at least 0"),
+        ("decode_step_seconds", 0.0, "decode_step_seconds: must be greater than 0"),
+        ("decode_step_seconds", float("nan"), "decode_step_seconds: must be finite"),
+        ("decode_slowdown", -0.1, "decode_slowdown: must be at least 0"),
+        ("default_max_tokens", 0, "default_max_tokens: must be at least 1"),
+        ("reasoning_tokens", -1, "reasoning_tokens: must be at least 0"),
+        ("reasoning_field", "thoughts", "reasoning_field: must be one of"),
+        ("tokens_per_chunk", 0, "tokens_per_chunk: must be at least 1"),
+        ("kv_capacity_tokens", -5, "kv_capacity_tokens: must be at least 0"),
+        ("timings", 1, "timings: must be a bool"),
         ("fault_rates", {"explode": 0.1}, "fault_rates: unknown fault 'explode'"),
-        ("fault_rates", {"status:503": 1.5}, r"fault_rates\['status:503'\] must be a probability"),
-        ("fault_rates", {"endless": 0.6, "no_tokens": 0.6}, "fault_rates must sum to at most 1"),
-        ("keepalive_seconds", 0, "keepalive_seconds must be > 0"),
+        ("fault_rates", {"status:503": 1.5}, r"fault_rates\['status:503'\]: must be a probability"),
+        ("fault_rates", {"endless": 0.6, "no_tokens": 0.6}, "fault_rates: must sum to at most 1"),
+        ("keepalive_seconds", 0, "keepalive_seconds: must be greater than 0"),
         # Strict types: text, floats and bools are not counts, whatever they would convert to.
-        ("slots", "4", "slots must be an integer, got '4'"),
-        ("seed", 1.5, "seed must be an integer, got 1.5"),
-        ("decode_slowdown", "0.1", "decode_slowdown must be a number, got '0.1'"),
-        ("model", 3, "model must be a string, got 3"),
-        ("fault_rates", [("endless", 0.1)], "fault_rates must be a mapping"),
-        ("fault_rates", {"endless": "0.1"}, r"fault_rates\['endless'\] must be a probability"),
+        ("slots", "4", "slots: must be an integer, got '4'"),
+        ("seed", 1.5, "seed: must be an integer, got 1.5"),
+        ("decode_slowdown", "0.1", "decode_slowdown: must be a number, got '0.1'"),
+        ("model", 3, "model: must be a string, got 3"),
+        ("fault_rates", [("endless", 0.1)], "fault_rates: must be a mapping"),
+        ("fault_rates", {"endless": "0.1"}, r"fault_rates\['endless'\]: must be a probability"),
         ("slot", 4, "^slot: unknown key$"),
     ],
 )
@@ -47,7 +47,8 @@ def test_invalid_config_names_the_field(field: str, value: object, message: str)
 
 
 def test_invalid_config_is_one_line() -> None:
-    with pytest.raises(ValueError, match=r"^slots must be >= 1, got 0$") as info:  # the first
+    # The first fault only.
+    with pytest.raises(ValueError, match=r"^slots: must be at least 1, got 0$") as info:
         SimConfig(reasoning_field="thoughts", slots=0)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
 
@@ -136,7 +137,7 @@ def test_flags_build_config() -> None:
 def test_bad_flags() -> None:
     with pytest.raises(argparse.ArgumentError, match="bad fault rate"):
         _parse(["--fault-rate", "explode=0.1"])
-    with pytest.raises(ValueError, match="slots must be >= 1"):
+    with pytest.raises(ValueError, match="slots: must be at least 1"):
         sim_config_from_args(_parse(["--slots", "0"]))
     with pytest.raises(ValueError, match="given twice"):
         sim_config_from_args(_parse(["--fault-rate", "endless=0.1", "--fault-rate", "endless=0.2"]))

@@ -20,5 +20,5 @@ def test_store_evicts_oldest_past_its_bound() -> None:
 
 
 def test_store_needs_room() -> None:
-    with pytest.raises(ValueError, match="keep must be >= 1"):
+    with pytest.raises(ValueError, match="keep: must be at least 1"):
         StampStore(keep=0)

@@ -370,3 +370,33 @@ def test_ollama_blank_lines_are_skipped() -> None:
     _, r = run_ollama(b"\n" + line + b"\r\n\n" + final)
     assert r.outcome is Outcome.OK
     assert r.output_tokens == 1
+
+
+# -- huge numbers (issue 25, item 8) ---------------------------------------------------------
+
+HUGE = "9" * 100_000  # past Python's 4,300-digit limit for int(): json.loads once raised
+
+
+def test_a_huge_integer_in_an_ignored_field_is_ignored() -> None:
+    chunk = '{"choices": [{"index": 0, "delta": {"content": "hi"}}], "x_pad": ' + HUGE + "}"
+    state = StreamState("r", ndjson=False)
+    state.feed(SSEParser(), f"data: {chunk}\n\ndata: [DONE]\n\n".encode(), 1)
+    assert state.conclude().outcome is Outcome.OK
+    assert len(state.token_event_ns) == 1
+
+
+@pytest.mark.parametrize("where", ["completion_tokens", "prompt_tokens"])
+def test_a_huge_integer_in_a_count_is_nonsense_not_a_failed_stream(where: str) -> None:
+    usage = {"prompt_tokens": 5, "completion_tokens": 2}
+    text = json.dumps({"choices": [], "usage": usage}).replace(
+        f'"{where}": ', f'"{where}": {HUGE}0'
+    )
+    token = '{"choices": [{"index": 0, "delta": {"content": "hi"}}]}'
+    state = StreamState("r", ndjson=False)
+    state.feed(SSEParser(), f"data: {token}\n\ndata: {text}\n\ndata: [DONE]\n\n".encode(), 1)
+    result = state.result(Outcome.OK, t_sched_ns=0, t_send_ns=0, t_end_ns=2, wall_start=0.0)
+    assert state.conclude().outcome is Outcome.OK
+    assert (result.prompt_tokens if where == "prompt_tokens" else None) is None
+    if where == "completion_tokens":
+        assert result.output_tokens == 1  # the counted event, not the nonsense
+        assert "completion_tokens missing or not a count" in result.token_fallback

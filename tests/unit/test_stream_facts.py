@@ -19,18 +19,11 @@ from prober.result import FinishReason, Outcome, RequestResult, TokenSource
 from prober.sse import LineSplitter, SSEParser
 from prober.stream import StreamState, finish_reason
 from prober.timings import Slo
+from tests.support.sse import chunk, sse
 
 S = 1_000_000_000
 MS = 1_000_000
 SLO = Slo(ttft_seconds=2.0, tpot_seconds=0.2)
-
-
-def sse(obj: Any) -> bytes:
-    return b"data: " + (obj if isinstance(obj, str) else json.dumps(obj)).encode() + b"\n\n"
-
-
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return sse({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
 def run(events: list[bytes], *, ndjson: bool = False) -> RequestResult:

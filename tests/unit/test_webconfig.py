@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import os
 from pathlib import Path
 
 import bcrypt
@@ -18,7 +17,7 @@ import structlog
 
 from prober import webconfig
 from prober.logs import REDACTED, get_logger, redact, register_secret, setup_logging
-from prober.settings import ConfigError, load_settings
+from prober.settings import ConfigError, Settings, load_settings
 from prober.webconfig import BasicAuthMiddleware, WebConfigError, load_web_config
 from tests.support.tls import self_signed_cert
 
@@ -128,10 +127,8 @@ def test_key_that_does_not_match_the_certificate(tmp_path: Path, pair: tuple[Pat
     assert problem.startswith("tls_server_config: cannot load cert_file/key_file: ")
 
 
-def test_settings_name_the_web_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("LLMPROBER_"):
-            monkeypatch.delenv(name)
+@pytest.mark.usefixtures("clean_env")
+def test_settings_name_the_web_config_file(tmp_path: Path) -> None:
     write(tmp_path, "basic_auth_users: {alice: hunter2}\n")
     config = tmp_path / "config.yml"
     config.write_text(
@@ -214,3 +211,14 @@ def test_log_lines_are_redacted_whatever_their_source() -> None:
     text = stream.getvalue()
     assert secret not in text
     assert text.count(REDACTED) >= 4
+
+
+def test_settings_made_without_load_settings_still_read_the_file(tmp_path: Path) -> None:
+    """A configured web config is never served as plain HTTP without auth for having been
+    skipped: `Settings(...)` (the demo, tests) reads it at first use."""
+    path = write(tmp_path, f"basic_auth_users:\n  alice: '{HASH}'\n")
+    target = {"name": "t", "url": "http://127.0.0.1:1/v1", "model": "m"}
+    settings = Settings.model_validate(
+        {"server": {"web_config_file": str(path)}, "targets": [target]}
+    )
+    assert set(settings.server.web_config.users) == {"alice"}

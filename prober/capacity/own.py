@@ -21,11 +21,12 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prober.foreign import Basis, ForeignEstimator, ProbeSample, median_gap, queue_threshold
+from prober.capacity.probes import ForeignEstimator, ProbeSample, median_gap, queue_threshold
+from prober.kinds import Basis
 from prober.result import RequestResult
 
 _ENVELOPE_BINS = 24  # log2 bins of prompt length: 1 .. 16M tokens
@@ -33,6 +34,9 @@ _WINDOW_SECONDS = 30.0
 # Slot handoffs between consecutive requests are not overlaps.
 _HANDOFF_MARGIN_SECONDS = 0.05
 _PAIR_GAPS = 4  # gaps on each side of a companion's join
+# `SlotOccupancy`: starts that saw `c` or more, as a share of those that saw the next lower
+# count seen or more, for `c` to count as the slots.
+_SUPPORT = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +78,22 @@ class OwnLoad:
 
 
 class SlotOccupancy:
-    """The most requests seen holding an engine slot at once.
+    """The most requests seen holding an engine slot at once, read so a stray handoff cannot
+    raise it.
 
     A finished request held its slot from `first token − prefill` (prefill: the server's own
-    figure, else the envelope baseline) until its end. Whenever a queue existed, every slot was
-    held, so the peak overlap of these intervals reaches the slot count. Intervals are shrunk by
-    a small margin at both ends, so a slot handed from one request to the next is not counted
-    twice.
+    figure, else the envelope baseline) until its last token. Whenever a queue existed, every
+    slot was held, so the overlap of these intervals reaches the slot count. Intervals are
+    shrunk by a small margin at both ends, so a slot handed from one request to the next is not
+    counted twice.
+
+    The start of each interval sees some number of intervals holding a slot (itself included).
+    The slots are the largest count `c` whose starts (those that saw `c` or more) are at least
+    `_SUPPORT` of those that saw the next lower count seen, or more, over the kept intervals.
+    Under a queue nearly every start sees the whole house, so the true count passes at once; a
+    handoff whose timing misleads by more than the margin is a few starts among many and does
+    not (vLLM's CPU build read 5 slots for `--max-num-seqs 4` by the plain peak). With few
+    intervals it is the plain peak. `peak` never falls: a quiet spell does not unlearn slots.
     """
 
     def __init__(self, keep: int = 256) -> None:
@@ -96,10 +109,19 @@ class SlotOccupancy:
                 count += 1
             if start + margin <= other_start < end - margin:
                 interval[2] += 1
-                self.peak = max(self.peak, int(interval[2]))
         self._intervals.append([start, end, float(count)])
-        self.peak = max(self.peak, count)
+        self.peak = max(self.peak, self._supported())
         return self.peak
+
+    def _supported(self) -> int:
+        seen = sorted(Counter(int(interval[2]) for interval in self._intervals).items())
+        higher, at_least = seen.pop()  # the top count, and the starts that saw it or more
+        while seen:
+            count, starts = seen.pop()
+            if at_least >= _SUPPORT * (at_least + starts):
+                return higher
+            higher, at_least = count, at_least + starts
+        return higher
 
 
 class PrefillBaseline:
@@ -200,9 +222,13 @@ class QueueEstimator:
             comp_wait, comp_prefill = waits[1]
             # Judged queued by the first probe's gap: the same engine, at the same moment.
             sample = self._sample(
-                companion, comp_wait, comp_prefill, None, step=gap_before,
+                companion,
+                comp_wait,
+                comp_prefill,
+                None,
+                step=gap_before,
                 stretches=_companion_stretches(primary, companion),
-            )  # fmt: skip
+            )
             foreign.observe(sample)
             gap_after = median_gap(after[: _PAIR_GAPS + 1], per_event)
             free_slot = comp_wait <= queue_threshold(gap_before)
@@ -239,9 +265,15 @@ class QueueEstimator:
         return wait, prefill
 
     def _sample(
-        self, result: RequestResult, wait: float, prefill: float, gap: float | None, *,
-        step: float | None = None, stretches: tuple[tuple[float, int], ...] = (),
-    ) -> ProbeSample:  # fmt: skip
+        self,
+        result: RequestResult,
+        wait: float,
+        prefill: float,
+        gap: float | None,
+        *,
+        step: float | None = None,
+        stretches: tuple[tuple[float, int], ...] = (),
+    ) -> ProbeSample:
         """`step`: the decode gap that tells a queue from a free slot, the probe's own if unset."""
         assert result.t_first_token_ns is not None
         assert result.t_last_token_ns is not None

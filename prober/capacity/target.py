@@ -18,13 +18,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from prober import metric_specs as specs
-from prober.estimate import Estimate, OwnLoad, QueueEstimator
-from prober.foreign import Basis, ForeignEstimator, ProbesInFlight, Shape
+from prober.capacity.own import Estimate, OwnLoad, QueueEstimator
+from prober.capacity.probes import ForeignEstimator, ProbesInFlight, Shape
+from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, scrape
+from prober.kinds import Basis
 from prober.logs import get_logger
 from prober.metric_specs import gauge_family
 from prober.metrics import Metrics
 from prober.result import RequestResult
-from prober.servers import Engine, ServerMetricsError, ServerSnapshot, scrape
 from prober.targets import Target
 
 log = get_logger("prober.capacity")
@@ -60,9 +61,12 @@ class TargetCapacity:
         self.probes = ProbesInFlight(clock)
         foreign = ForeignEstimator(probe, traffic, cfg.slots, self.probes, clock)
         self.estimator = QueueEstimator(
-            clock=clock, slots_hint=cfg.slots, foreign=foreign, own_load=own_load,
+            clock=clock,
+            slots_hint=cfg.slots,
+            foreign=foreign,
+            own_load=own_load,
             server_drain_rate=self.server_drain_rate,
-        )  # fmt: skip
+        )
         self.snapshot: ServerSnapshot | None = None
         self._server_full = 0
         self._completed: deque[tuple[float, float]] = deque()
