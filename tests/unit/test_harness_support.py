@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,6 +30,18 @@ async def test_loop_lag_sees_a_blocked_loop() -> None:
     assert "worst lateness" in str(lag)
 
 
+@pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(), reason="reads /proc")
+async def test_loop_lag_says_how_long_the_loop_waited_for_a_cpu() -> None:
+    # A loop that is blocked, not starved: it waited for no CPU, and the text says so in
+    # figures (a starved loop reads a large share here; a blocked one a small share).
+    lag = LoopLag()
+    async with lag:
+        time.sleep(0.5)
+    assert lag.waited.endswith(" %")
+    assert int(lag.waited.split()[0]) < 50
+    assert f"waiting for a CPU {lag.waited} of the time" in str(lag)
+
+
 @pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="reads /proc")
 def test_snapshot_names_a_busy_process() -> None:
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -39,7 +52,10 @@ def test_snapshot_names_a_busy_process() -> None:
         spin.kill()
         spin.wait()
     assert text.startswith("machine: load ")
-    assert f" {spin.pid} " in text
+    line = next(line for line in text.splitlines() if f" {spin.pid} " in line)
+    # Its niceness (inherited from this process) and its session: what orders it against others.
+    assert f" ni {os.getpriority(os.PRIO_PROCESS, 0):>3} sid {os.getsid(0):>6} " in line
+    assert "(asked 0.5):" in text  # the window is timed, and says what was asked
 
 
 def test_a_refused_load_pauses_between_failures_and_says_why() -> None:
