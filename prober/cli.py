@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from prober import __version__
 from prober.logs import get_logger, setup_logging
 from prober.request import Api
-from prober.settings import ConfigError, ServerConfig, TargetConfig, load_settings
+from prober.settings import ConfigError, FieldError, ServerConfig, TargetConfig, load_settings
 from prober.summary import result_summary
 from prober.targets import Target
 from prober.validation import bound, describe, field_path, wrong
@@ -295,10 +295,8 @@ def probe_target(args: argparse.Namespace) -> Target:
         raise ConfigError([f"{_PROBE_FLAGS.get(where, where)}: {describe(err)}"]) from None
     try:
         return Target.from_config(cfg)
-    except ConfigError as exc:  # the key's faults name the field: name the flag
-        raise ConfigError(
-            [p.replace("api_key_env:", "--api-key-env:", 1) for p in exc.problems]
-        ) from None
+    except FieldError as exc:  # the key's faults name the field: name the flag
+        raise FieldError(_PROBE_FLAGS.get(exc.field, exc.field), exc.message) from None
 
 
 async def _probe(args: argparse.Namespace) -> int:

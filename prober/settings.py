@@ -89,6 +89,16 @@ class ConfigError(Exception):
         self.problems = problems
 
 
+class FieldError(ConfigError):
+    """One fault of one field, kept apart so that a caller can name the field its own way
+    (`targets[2].api_key_env`, or the `--api-key-env` flag of `probe`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__([f"{field}: {message}"])
+        self.field = field
+        self.message = message
+
+
 class SloConfig(_Strict):
     ttft_seconds: PositiveSeconds = 2.0
     tpot_seconds: PositiveSeconds = 0.2
@@ -607,8 +617,8 @@ def _problems(exc: ValidationError) -> list[str]:
 def _api_key_problem(index: int, target: TargetConfig) -> str:
     try:
         resolve_api_key(target)
-    except ConfigError as exc:
-        return f"targets[{index}].{exc.problems[0]}"
+    except FieldError as exc:
+        return f"targets[{index}].{exc.field}: {exc.message}"
     return ""
 
 
@@ -617,11 +627,12 @@ def resolve_api_key(target: TargetConfig) -> str | None:
 
     It must be one token of printable ASCII (what an `Authorization` header can carry): a
     key file of two lines, or a binary one, is a configuration error, not a failing probe.
+    Faults are `FieldError`s naming `api_key_env` or `api_key_file`.
     """
     if target.api_key_env:
         value = os.environ.get(target.api_key_env, "").strip()
         if not value:
-            raise ConfigError([f"api_key_env: environment variable {target.api_key_env} is unset"])
+            raise FieldError("api_key_env", f"environment variable {target.api_key_env} is unset")
         check_api_key(value, "api_key_env", f"environment variable {target.api_key_env}")
         return value
     if target.api_key_file:
@@ -635,25 +646,24 @@ def _read_key_file(path: Path) -> str:
     try:
         value = path.read_bytes().decode("utf-8").strip()
     except OSError as exc:
-        problem = f"api_key_file: cannot read {_show(path)}: {exc.strerror}"
-        raise ConfigError([problem]) from None
+        raise FieldError("api_key_file", f"cannot read {_show(path)}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError([f"api_key_file: {_show(path)} is not text (binary file?)"]) from None
+        raise FieldError("api_key_file", f"{_show(path)} is not text (binary file?)") from None
     if not value:
-        raise ConfigError([f"api_key_file: {_show(path)} is empty"])
+        raise FieldError("api_key_file", f"{_show(path)} is empty")
     return value
 
 
 def check_api_key(value: str, field: str, where: str) -> None:
-    """Register `value` as a secret; ConfigError naming `field` unless it fits a header."""
+    """Register `value` as a secret; a `FieldError` naming `field` unless it fits a header."""
     # Here, not in register_secrets: a key is never stored in Settings, and it is registered
     # first because a rejected key must not be printed either.
     register_secret(value)
     if "\n" in value or "\r" in value:
-        raise ConfigError([f"{field}: the key in {where} holds more than one line"])
+        raise FieldError(field, f"the key in {where} holds more than one line")
     if not _KEY.fullmatch(value):  # never echo the value, nor which character is wrong
         problem = "is not one token of printable ASCII (a space or control character?)"
-        raise ConfigError([f"{field}: the key in {where} {problem}"])
+        raise FieldError(field, f"the key in {where} {problem}")
 
 
 def secret_header_values(target: TargetConfig) -> list[str]:

@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from prober.bench.config import BenchConfig, Mode, parse_levels
+from prober.bench.config import FLAGS, BenchConfig, Mode, parse_levels
 from prober.bench.runner import BenchRunner, PreflightError
 from prober.kinds import ARRIVALS, EVENT_LOOPS, Api
 from prober.runtime import LoopUnavailable, new_event_loop, tune_gc
-from prober.settings import ConfigError
+from prober.settings import ConfigError, FieldError
 from prober.validation import wrong
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -233,7 +233,11 @@ def run_bench(args: argparse.Namespace) -> int:
     except LoopUnavailable as exc:
         print(f"llm-prober bench: error: --event-loop: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ConfigError as exc:  # e.g. --api-key-env names an unset variable
+    except FieldError as exc:  # the key's variable holds no usable key: name the flag
+        flag = FLAGS.get(exc.field, exc.field)
+        print(f"llm-prober bench: error: {flag}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
         print(f"llm-prober bench: error: {exc.problems[0]}", file=sys.stderr)
         return EXIT_USAGE
     except PreflightError as exc:

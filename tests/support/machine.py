@@ -10,8 +10,8 @@ them are shared. When one fails, its message should say whether the machine was 
 
 A loop can be late because it was busy, blocked, or runnable with no CPU given to it; the
 run-queue wait (`/proc/thread-self/schedstat`) and the kernel's CPU pressure tell the last apart.
-Each busy process is shown with its niceness and session: with autogroup scheduling (Linux's
-default for desktops and these machines) niceness orders only the threads of one session.
+Each busy process is shown with its niceness and session: with autogroup scheduling (on in
+many kernels' defaults, and on these machines) niceness orders only the threads of one session.
 
 Linux only (`/proc`); elsewhere the snapshot says it has nothing to show.
 """
@@ -71,7 +71,6 @@ class LoopLag:
         self._cpu_before: list[int] | None = None
         self.steal: float | None = None
         self._start = 0.0
-        self._span = 0.0
         self._waits: tuple[float | None, float | None] = (None, None)
         self.waited = "unknown"  # the loop's thread runnable without a CPU, share of the span
         self.pressure = "unknown"  # some task runnable without a CPU, share of the span

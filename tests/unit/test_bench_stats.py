@@ -329,6 +329,18 @@ def test_bad_flags_one_line_exit_2(
     assert err[0].startswith("llm-prober bench: error: " + message)
 
 
+def test_a_bad_key_in_the_variable_names_the_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LLMPROBER_TEST_TWO_LINES", "sk-one\nsk-two")
+    assert run_bench(parse("--api-key-env", "LLMPROBER_TEST_TWO_LINES")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "llm-prober bench: error: --api-key-env: the key in environment variable"
+        " LLMPROBER_TEST_TWO_LINES holds more than one line"
+    ]
+
+
 def test_bad_url_is_a_flag_error() -> None:
     with pytest.raises(ValueError, match="--url: must be an http"):
         BenchConfig(url="ftp://x", model="m")

@@ -39,3 +39,15 @@ def test_a_bad_flag_is_one_problem_naming_it(argv: tuple[str, ...], problem: str
         probe_target(parse(*argv))  # type: ignore[arg-type]
     assert len(err.value.problems) == 1
     assert err.value.problems[0].startswith(problem), err.value.problems
+
+
+def test_a_bad_key_in_the_variable_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The variable is set, but its key cannot go in a header: the fault is found where the key
+    # is read (`resolve_api_key`, a `FieldError` naming `api_key_env`) and named as the flag.
+    monkeypatch.setenv("LLMPROBER_TEST_TWO_LINES", "sk-one\nsk-two")
+    with pytest.raises(ConfigError) as err:
+        probe_target(parse("--url", "http://h/v1", "--api-key-env", "LLMPROBER_TEST_TWO_LINES"))  # type: ignore[arg-type]
+    assert err.value.problems == [
+        "--api-key-env: the key in environment variable LLMPROBER_TEST_TWO_LINES holds more"
+        " than one line"
+    ]
