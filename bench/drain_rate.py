@@ -1,0 +1,234 @@
+"""Can a probe see the engine's drain rate, whatever the traffic's shape? Admissions in its gaps.
+
+The probes-alone estimate turns a probe's queue wait into a depth with the drain rate
+`μ = slots / T`, T the service time of a request of the traffic's shape, which it does not
+know. While every slot is busy, each departure lets a waiting request in, and its prefill runs
+inside the batch the probe decodes in: one of the probe's token gaps is longer. Counted over
+the probe's decode, those long gaps are admissions per second, which while a queue lasts *is*
+the drain rate, with no shape assumed.
+
+This bench measures that against the truth on an engine serving closed loops of foreign
+clients (`tests/integration/foreign_load`, another process, its completions per second the
+truth of the departures), with answers of 0.5×, 1× and 2× the probes':
+
+    .venv/bin/python bench/drain_rate.py --engine sim          # the 4-slot simulator
+    .venv/bin/python bench/drain_rate.py --engine llama        # llama-server -np 4
+    .venv/bin/python bench/drain_rate.py --url http://127.0.0.1:8000 --slots 4
+
+Per level it prints the true departures/s (the foreign load's completions plus the probes'),
+the admission rate read from the probes' long gaps (a gap over `--spike` × the probe's median
+gap; `count`: one admission a long gap; `runs`: one a run of consecutive long gaps, for an
+engine whose prefill spans several steps), scaled by `slots / (slots − 1)` (see `analyse`),
+and the shape-bound rate `slots / T_probe` the estimate uses today with no `traffic:`, each as
+a ratio to the truth; `long`: the long gaps seen, on which the admission rates rest. Figures:
+`bench/README.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.perf_common import free_port, wait_http  # noqa: E402
+
+
+@dataclass
+class Probe:
+    """One probe's token arrival instants (monotonic seconds) and its send instant."""
+
+    sent: float
+    tokens: list[float] = field(default_factory=list)
+
+    def gaps(self) -> list[float]:
+        return [b - a for a, b in zip(self.tokens, self.tokens[1:], strict=False)]
+
+
+@dataclass
+class Reading:
+    level: str
+    true_rate: float
+    count_rate: float
+    runs_rate: float
+    shape_rate: float
+    probes: int
+    events: int
+
+
+async def _probe(session: aiohttp.ClientSession, url: str, tokens: int) -> Probe:
+    body = {
+        "model": "m", "stream": True, "max_tokens": tokens, "ignore_eos": True,
+        "messages": [{"role": "user", "content": f"{os.urandom(8).hex()} probe"}],
+    }  # fmt: skip
+    probe = Probe(sent=time.monotonic())
+    async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.content:
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                continue
+            event = json.loads(line[6:])
+            choices = event.get("choices") or []
+            if choices and (choices[0].get("delta") or {}).get("content"):
+                probe.tokens.append(time.monotonic())
+    return probe
+
+
+def _long_gaps(probe: Probe, spike: float) -> tuple[float, int, int]:
+    """(the probe's decode span, its long gaps, its runs of consecutive long gaps)."""
+    gaps = probe.gaps()
+    if len(gaps) < 4:
+        return 0.0, 0, 0
+    base = statistics.median(gaps)
+    long = [g > spike * base for g in gaps]
+    runs = sum(1 for i, x in enumerate(long) if x and (i == 0 or not long[i - 1]))
+    return sum(gaps), sum(long), runs
+
+
+def analyse(level: str, probes: list[Probe], true_rate: float, slots: int, spike: float) -> Reading:
+    """The rates from the probes' long gaps. While a probe decodes, its own slot does not
+    free: the admissions it sees are the departures of the other `slots − 1`, so each count
+    is scaled by `slots / (slots − 1)` to the engine's."""
+    span = 0.0
+    count = runs = 0
+    services: list[float] = []
+    for probe in probes:
+        decode, n_long, n_runs = _long_gaps(probe, spike)
+        span += decode
+        count += n_long
+        runs += n_runs
+        if probe.tokens:
+            # Its service time as the estimate reads it: the decode and one more step for
+            # the prefill (TTFT includes the wait, which is what is being measured).
+            gaps = probe.gaps()
+            services.append(decode + (statistics.median(gaps) if gaps else 0.0))
+    scale = slots / (slots - 1) / span if span and slots > 1 else 0.0
+    return Reading(
+        level=level,
+        true_rate=true_rate,
+        count_rate=count * scale,
+        runs_rate=runs * scale,
+        shape_rate=slots / statistics.mean(services) if services else 0.0,
+        probes=len(probes),
+        events=count,
+    )
+
+
+async def run_level(
+    url: str, level: str, workers: int, answer: int, probe_tokens: int, seconds: float,
+    warmup: float, slots: int, spike: float,
+) -> Reading:  # fmt: skip
+    load = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.integration.foreign_load", "--url", f"{url}/v1",
+        "--mode", "closed", "--workers", str(workers), "--max-tokens", str(answer),
+        "--seconds", str(warmup + seconds), "--warmup", str(warmup),
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    probes: list[Probe] = []
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            await asyncio.sleep(warmup)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                probes.append(await _probe(session, url, probe_tokens))
+                await asyncio.sleep(0.2)
+        out, _ = await asyncio.wait_for(load.communicate(), warmup + seconds + 120)
+    finally:
+        if load.returncode is None:
+            load.kill()
+            await load.wait()
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    span = time.monotonic() - probes[0].sent if probes else seconds
+    true_rate = report["rate"] + len(probes) / span
+    return analyse(level, probes, true_rate, slots, spike)
+
+
+@contextlib.contextmanager
+def engine(kind: str, slots: int) -> Iterator[str]:
+    if kind == "llama":
+        from tests.integration.engine import llama_server
+
+        with llama_server(slots) as base:
+            yield base
+        return
+    port = free_port()
+    sim = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "llm-prober"), "sim", "--port", str(port),
+         "--slots", str(slots)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/health")
+        yield base
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
+def _table(readings: list[Reading]) -> str:
+    head = (
+        f"{'level':>12} {'true/s':>7} {'count/s':>8} {'÷true':>6} {'runs/s':>8} {'÷true':>6}"
+        f" {'shape/s':>8} {'÷true':>6} {'probes':>6} {'long':>5}"
+    )
+    rows = [head]
+    for r in readings:
+        t = r.true_rate or float("nan")
+        rows.append(
+            f"{r.level:>12} {r.true_rate:7.2f} {r.count_rate:8.2f} {r.count_rate / t:6.2f}"
+            f" {r.runs_rate:8.2f} {r.runs_rate / t:6.2f} {r.shape_rate:8.2f}"
+            f" {r.shape_rate / t:6.2f} {r.probes:6d} {r.events:5d}"
+        )
+    return "\n".join(rows)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    readings = []
+    with contextlib.ExitStack() as stack:
+        url = args.url or stack.enter_context(engine(args.engine, args.slots))
+        for factor in args.answers:
+            answer = max(1, round(factor * args.probe_tokens))
+            for k in args.loads:
+                level = f"{factor:g}x c{k * args.slots}"
+                reading = await run_level(
+                    url, level, k * args.slots, answer, args.probe_tokens, args.seconds,
+                    args.warmup, args.slots, args.spike,
+                )  # fmt: skip
+                readings.append(reading)
+                print(_table(readings[-1:]).splitlines()[1], flush=True)
+    print(f"\n{args.engine if not args.url else args.url}, {args.slots} slots, probes of "
+          f"{args.probe_tokens} tokens, long gap > {args.spike}× the probe's median")  # fmt: skip
+    print(_table(readings))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--engine", choices=("sim", "llama"), default="sim")
+    p.add_argument("--url", help="an engine already running (no /v1); --engine is ignored")
+    p.add_argument("--slots", type=int, default=4)
+    p.add_argument("--probe-tokens", type=int, default=32)
+    p.add_argument("--answers", type=float, nargs="+", default=[0.5, 1.0, 2.0],
+                   help="the foreign answers, as multiples of the probes'")  # fmt: skip
+    p.add_argument("--loads", type=int, nargs="+", default=[2],
+                   help="closed-loop clients, as multiples of the slots")  # fmt: skip
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--warmup", type=float, default=8.0)
+    p.add_argument("--spike", type=float, default=1.3)
+    asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
