@@ -310,21 +310,26 @@ def paced(level: Level, capacity: float, slots: int, settle: float, seconds: flo
     """`level` with its settling and scoring times long enough for the same number of probe
     cycles on an engine of any speed (at least `settle` and `seconds`).
 
-    A probe in a closed loop of `workers` clients waits for the requests ahead and is served:
-    a cycle of about `(workers / slots + 1)` service times, a service time `slots / capacity`.
-    The estimate needs two probes through the queue before it follows it. Sized on an engine
-    serving 4.7 requests a second, the levels had a probe through in 4 s; on an AVX2-only
-    CPU, vLLM served 0.82 a second, a probe took 20 s, and with 10 s to settle the estimate
-    still read the probes of the unqueued moments (waiting 7.5 for 12.8).
+    A probe in a closed loop of `workers` clients waits for the requests ahead, about
+    `workers / slots` service times (a service time `slots / capacity`), and is served. A
+    pair's companion joins 40 % into the first probe's decode, waits as long, and the next
+    probe goes once both are done: a cycle of about `2·workers/slots + 1.4` service times
+    (pairs go with every probe while the decode slowdown is learned, and in a queue none
+    teaches it). The estimate needs two cycles to follow a queue. Sized on an engine serving
+    4.7 requests a second, the levels had a probe through in 4 s; on an AVX2-only CPU, vLLM
+    served 0.82 a second, a probe took 20 s, and with 10 s to settle the estimate still read
+    the probes of the unqueued moments (waiting 7.5 for 12.8). Paced by one probe's cycle
+    (a third too short with pairs), vLLM's first quarter-minute scored at twice the slots
+    read 0.5 to 0.9 requests high (2026-12-03).
 
     At most `PACED_MAX_CYCLE_SECONDS` a cycle is allowed for: a capacity misread far low (a
     stalled moment of the machine) must not stretch a level past the test's timeout."""
     service = slots / capacity
-    cycle = min((level.workers / slots + 1) * service, PACED_MAX_CYCLE_SECONDS)
-    return replace(level, settle=max(settle, 2.5 * cycle), seconds=max(seconds, 2 * cycle))
+    cycle = min((2 * level.workers / slots + 1.4) * service, PACED_MAX_CYCLE_SECONDS)
+    return replace(level, settle=max(settle, 2 * cycle), seconds=max(seconds, 2 * cycle))
 
 
-PACED_MAX_CYCLE_SECONDS = 30.0  # 75 s to settle and 60 s scored, a level at the most
+PACED_MAX_CYCLE_SECONDS = 30.0  # 60 s to settle and 60 s scored, a level at the most
 
 
 def _known(samples: Any) -> bool:

@@ -315,7 +315,7 @@ def test_the_drain_rate_follows_the_engines_pace() -> None:
 
 def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
     """Probes that waited briefly at light load decoded in a batch soon short again (a short
-    service); once three probes of a lasting queue are in, μ is theirs alone."""
+    service); from the first probe of a lasting queue on, μ is the queue's alone."""
     clock = Clock()
     est = _estimator(clock)
     est.decode = learned_model()
@@ -325,14 +325,12 @@ def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
         est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, gap(2), False))  # a free slot
         clock.now += 1.0
     clock.now += 5.0  # the light load's waits leave the wait's window, not the 30 s
-    for n in range(3):
+    for _ in range(3):
         est.observe(_queued(clock, wait=2.0))  # the queue: service 0.8 s, μ = 5/s
         clock.now += 1.0
-        if n < 2:  # the light load's still count (μ = 4 / 0.4 s): too fast a drain
-            figure = est.estimate(prefill_guess=0.05)
-            assert figure.waiting is not None
-            assert figure.wait_seconds is not None
-            assert figure.waiting > 5.0 * figure.wait_seconds - 1.0
+        figure = est.estimate(prefill_guess=0.05)  # μ = 5/s, not the light load's 10/s
+        assert figure.wait_seconds is not None
+        assert figure.waiting == pytest.approx(5.0 * figure.wait_seconds - 1.0)
     assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
 
 
