@@ -8,7 +8,7 @@ the probe's decode, those long gaps are admissions per second, which while a que
 the drain rate, with no shape assumed.
 
 This bench measures that against the truth on an engine serving closed loops of foreign
-clients (`tests/integration/foreign_load`, another process, its completions per second the
+clients (`tests/support/foreign_load.py`, another process, its completions per second the
 truth of the departures), with answers of 0.5×, 1× and 2× the probes':
 
     .venv/bin/python bench/drain_rate.py --engine sim          # the 4-slot simulator
@@ -132,7 +132,7 @@ async def run_level(
     warmup: float, slots: int, spike: float,
 ) -> Reading:  # fmt: skip
     load = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.integration.foreign_load", "--url", f"{url}/v1",
+        sys.executable, "-m", "tests.support.foreign_load", "--url", f"{url}/v1",
         "--mode", "closed", "--workers", str(workers), "--max-tokens", str(answer),
         "--seconds", str(warmup + seconds), "--warmup", str(warmup),
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -159,7 +159,7 @@ async def run_level(
 @contextlib.contextmanager
 def engine(kind: str, slots: int) -> Iterator[str]:
     if kind == "llama":
-        from tests.integration.engine import llama_server
+        from tests.support.engine import llama_server
 
         with llama_server(slots) as base:
             yield base

@@ -4,8 +4,8 @@
         [--repeats 3] [--loop uvloop|asyncio]
 
 Processes: the simulator (the healthy target's engine: a token every 10 ms, nothing queues),
-the flood server (`tests/integration/floods.py` and the hostile server's endless streams,
-`tests/integration/hostile.py`), and a worker running the daemon's app
+the flood server (`tests/support/floods.py` and the hostile server's endless streams,
+`tests/support/hostile.py`), and a worker running the daemon's app
 (`prober.web.build_app`, on uvloop with the daemon's GC tuning, as `llm-prober run`) with
 the healthy target (a probe every 0.5 s and Poisson load at `--rate`, 16 tokens) and, but
 for the baseline, one flooding target with the same probes and load. The worker is pinned
@@ -60,7 +60,7 @@ BODY_FLOODS = ("endless_tokens", "endless_comments")
 
 
 def flood_names() -> list[str]:
-    from tests.integration.floods import FLOODS
+    from tests.support.floods import FLOODS
 
     return [*FLOODS, *BODY_FLOODS]
 
@@ -130,8 +130,8 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 async def serve_floods(port: int) -> None:
-    from tests.integration.floods import flood_server
-    from tests.integration.hostile import hostile_server
+    from tests.support.floods import flood_server
+    from tests.support.hostile import hostile_server
 
     logging.getLogger("aiohttp").setLevel(logging.CRITICAL)  # clients that leave mid-write
     async with flood_server(port), hostile_server() as hostile:

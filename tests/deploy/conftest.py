@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.helpers import missing_tool, prometheus_bin_dir, venv_tool
+from tests.support.deploy import missing_tool, prometheus_bin_dir, venv_tool
 
 
 @pytest.fixture(scope="session")

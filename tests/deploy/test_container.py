@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tests.deploy.helpers import DEPLOY, ROOT, load_yaml, run
+from tests.support.deploy import DEPLOY, ROOT, load_yaml, run
 
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE_DIR = DEPLOY / "compose"

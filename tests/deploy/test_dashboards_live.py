@@ -11,84 +11,27 @@ Runs only where the daemon exists (`prober.cli`) and Prometheus is installed
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from tests.deploy.helpers import (
-    DASHBOARDS_DIR,
+from tests.support.deploy import (
     RULES_DIR,
-    recording_rules,
+    Prometheus,
+    dashboard_queries,
+    empty_until_deadline,
+    live_stack,
+    rules_without_series,
 )
-from tests.deploy.helpers import substitute as helpers_substitute
-from tests.support.net import free_port, wait_http
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.prometheus
-
-WARMUP_SECONDS = 40
-DEADLINE_SECONDS = 150
-
-
-def substitute(expr: str) -> str:
-    return helpers_substitute(expr, interval="1s", range_="5m")
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(where, PromQL) for every panel target and query variable of every dashboard."""
-    queries = []
-    for path in sorted(DASHBOARDS_DIR.glob("*.json")):
-        dashboard = json.loads(path.read_text())
-        for panel in dashboard["panels"]:
-            for target in panel.get("targets", []):
-                where = f"{path.name} / {panel['title']} / {target['refId']}"
-                queries.append((where, substitute(target["expr"])))
-        for var in dashboard["templating"]["list"]:
-            if var["type"] == "query":
-                inner = var["query"]["query"].removeprefix("label_values(").rsplit(",", 1)[0]
-                queries.append((f"{path.name} / variable {var['name']}", substitute(inner)))
-    return queries
-
-
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        qs = urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(f"{self.url}/api/v1/query?{qs}", timeout=10) as resp:
-            body = json.load(resp)
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-
-def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in reversed(procs):
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    pytest.importorskip("prober.cli", reason="the daemon (prober.cli) does not exist yet")
     tmp = tmp_path_factory.mktemp("live")
     sim_port, daemon_port, prom_port, dead_port = (free_port() for _ in range(4))
     sim = f"http://127.0.0.1:{sim_port}"
@@ -116,7 +59,6 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             },
         ],
     }
-    (tmp / "prober.yml").write_text(yaml.safe_dump(config))
     prom_config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in sorted(RULES_DIR.glob("*.yml"))],
@@ -127,61 +69,14 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             }
         ],
     }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        procs.append(
-            start(
-                [sys.executable, "-m", "prober.cli", "sim", "--port", str(sim_port)],
-                tmp / "sim.log",
-            )
-        )
-        wait_http(f"http://127.0.0.1:{sim_port}/metrics", timeout=30)
-        procs.append(
-            start(
-                [sys.executable, "-m", "prober.cli", "run", "--config", str(tmp / "prober.yml")],
-                tmp / "daemon.log",
-            )
-        )
-        wait_http(f"http://127.0.0.1:{daemon_port}/-/healthy", timeout=30)
-        procs.append(start_prometheus(prometheus_bin, tmp, prom_port))
-        time.sleep(WARMUP_SECONDS)
-        yield Prometheus(f"http://127.0.0.1:{prom_port}")
-    finally:
-        stop(procs)
-
-
-def start_prometheus(prometheus_bin: Path, tmp: Path, port: int) -> subprocess.Popen[bytes]:
-    """Prometheus on `tmp/prometheus.yml`, its data and log in `tmp`; returns once ready
-    (stopped again if it never is)."""
-    cmd = [
-        str(prometheus_bin / "prometheus"),
-        f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    proc = start(cmd, tmp / "prometheus.log")
-    try:
-        wait_http(f"http://127.0.0.1:{port}/-/ready", timeout=30)
-    except BaseException:
-        stop([proc])
-        raise
-    return proc
-
-
-def empty_until_deadline(prom: Prometheus, queries: list[tuple[str, str]]) -> list[str]:
-    """Queries still empty at the deadline (slow rules get time, failures fail fast)."""
-    pending = list(queries)
-    deadline = time.monotonic() + DEADLINE_SECONDS - WARMUP_SECONDS
-    while True:
-        pending = [(where, expr) for where, expr in pending if not prom.query(expr)]
-        if not pending or time.monotonic() > deadline:
-            return [f"{where}: {expr}" for where, expr in pending]
-        time.sleep(2)
+    sim_cmd = [sys.executable, "-m", "prober.cli", "sim", "--port", str(sim_port)]
+    engines = [(sim_cmd, f"{sim}/metrics")]
+    with live_stack(prometheus_bin, tmp, config, prom_config, prom_port, engines) as prometheus:
+        yield prometheus
 
 
 def test_every_dashboard_query_returns_data(stack: Prometheus) -> None:
-    # vLLM's own series: this stack scrapes no vLLM (tests/vllm/test_vllm_prometheus.py does).
+    # vLLM's own series: this stack scrapes no vLLM (test_dashboards_live_vllm.py does).
     queries = [(where, expr) for where, expr in dashboard_queries() if "vllm:" not in expr]
     assert len(queries) > 40
     empty = empty_until_deadline(stack, queries)
@@ -189,8 +84,7 @@ def test_every_dashboard_query_returns_data(stack: Prometheus) -> None:
 
 
 def test_every_recording_rule_produces_series(stack: Prometheus) -> None:
-    rules = [(name, name) for name in recording_rules()]
-    empty = empty_until_deadline(stack, rules)
+    empty = rules_without_series(stack)
     assert not empty, "recording rules without series:\n" + "\n".join(empty)
 
 

@@ -8,29 +8,23 @@ return data.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.deploy.helpers import RULES_DIR, recording_rules
-from tests.deploy.test_dashboards_live import (
+from tests.support.deploy import (
+    RULES_DIR,
     Prometheus,
     dashboard_queries,
     empty_until_deadline,
-    start,
-    start_prometheus,
-    stop,
+    live_stack,
+    rules_without_series,
 )
-from tests.support.net import free_port, wait_http
+from tests.support.net import free_port
 from tests.support.vllm import MODEL_NAME
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
-WARMUP_SECONDS = 40
 
 
 def _configs(vllm: str, daemon_port: int) -> tuple[dict[str, object], dict[str, object]]:
@@ -63,18 +57,8 @@ def stack(
     tmp = tmp_path_factory.mktemp("vllm-live")
     daemon_port, prom_port = free_port(), free_port()
     daemon, prometheus = _configs(vllm, daemon_port)
-    (tmp / "prober.yml").write_text(yaml.safe_dump(daemon))
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus))
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        cmd = [sys.executable, "-m", "prober.cli", "run", "--config", str(tmp / "prober.yml")]
-        procs.append(start(cmd, tmp / "daemon.log"))
-        wait_http(f"http://127.0.0.1:{daemon_port}/-/healthy", timeout=30)
-        procs.append(start_prometheus(prometheus_bin, tmp, prom_port))
-        time.sleep(WARMUP_SECONDS)
-        yield Prometheus(f"http://127.0.0.1:{prom_port}")
-    finally:
-        stop(procs)
+    with live_stack(prometheus_bin, tmp, daemon, prometheus, prom_port) as stack:
+        yield stack
 
 
 def test_every_vllm_panel_returns_data(stack: Prometheus) -> None:
@@ -89,8 +73,7 @@ def test_every_vllm_panel_returns_data(stack: Prometheus) -> None:
 
 
 def test_every_recording_rule_produces_series_from_vllm(stack: Prometheus) -> None:
-    rules = [(name, name) for name in recording_rules()]
-    empty = empty_until_deadline(stack, rules)
+    empty = rules_without_series(stack)
     assert not empty, "recording rules without series:\n" + "\n".join(empty)
     # The server's own count reaches the queue rules: the target's server series exist.
     [kv] = stack.query('llmprober:kv_cache_usage:max{target="vllm"}')

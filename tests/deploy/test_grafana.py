@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.helpers import (
+from tests.support.deploy import (
     DASHBOARDS_DIR,
     DEPLOY,
     EXPORTED_SERIES,

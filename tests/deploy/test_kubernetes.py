@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.deploy.helpers import (
+from tests.support.deploy import (
     K8S_DIR,
     ROOT,
     SCHEMAS_DIR,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.helpers import (
+from tests.support.deploy import (
     DEPLOY,
     EXPORTED_SERIES,
     PROM_TESTS_DIR,

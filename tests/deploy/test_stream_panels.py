@@ -3,7 +3,7 @@ reasons, token source, probe phases by connection; the new alert has its promtoo
 
 from __future__ import annotations
 
-from tests.deploy.helpers import (
+from tests.support.deploy import (
     PROM_TESTS_DIR,
     alert_rules,
     dashboard_exprs,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from prober.autoscale.main import experiment
-from tests.deploy.helpers import missing_tool, prometheus_bin_dir
+from tests.support.deploy import missing_tool, prometheus_bin_dir
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(900)]
 

@@ -24,7 +24,7 @@ import pytest
 
 from prober.bench import add_bench_parser, run_bench
 from prober.sim import SimConfig, bound_port, serve
-from tests.integration.bench_report import fig
+from tests.support.bench_report import fig
 
 PREFILL_TPS = 4000.0
 DECODE_STEP = 0.01

@@ -17,7 +17,7 @@ from prober.result import Outcome
 from prober.settings import Settings
 from prober.timings import tpot, ttft
 from prober.web import CAPACITY, METRICS, PROBED, build_app, client_session
-from tests.integration.daemon import daemon, scrape, simulator, value, wait_for
+from tests.support.daemon import daemon, scrape, simulator, value, wait_for
 
 HISTOGRAMS = tuple(spec.name for spec in REQUEST_LATENCY)
 

@@ -16,8 +16,8 @@ from prober.settings import TargetConfig
 from prober.targets import Target
 from prober.timings import tpot, ttft
 from prober.web import client_session
-from tests.integration.daemon import daemon, scrape, value, wait_for
-from tests.integration.engine import llama_server_fixture
+from tests.support.daemon import daemon, scrape, value, wait_for
+from tests.support.engine import llama_server_fixture
 
 pytestmark = pytest.mark.engine
 engine = llama_server_fixture(2)

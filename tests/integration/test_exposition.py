@@ -6,8 +6,8 @@ import subprocess
 
 import aiohttp
 
-from tests.deploy.helpers import missing_tool, prometheus_bin_dir
-from tests.integration.daemon import daemon, scrape, simulator, value, wait_for
+from tests.support.daemon import daemon, scrape, simulator, value, wait_for
+from tests.support.deploy import missing_tool, prometheus_bin_dir
 
 
 async def test_promtool_finds_nothing_to_complain_about() -> None:

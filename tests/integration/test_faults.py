@@ -3,13 +3,13 @@
 One daemon carries one target per fault, each with its periodic probe and a small open-loop
 load, against the simulator's injected faults (`X-Sim-Fault`), a TLS copy of the simulator with
 a self-signed certificate, a closed port, a name that does not resolve, and every behaviour of
-the hostile server (`hostile.py`: compressed bodies, redirects, nonsense numbers, endless
-streams, junk or a held connection after the end, hang-ups, an id echoing the key, each in
-its variants) and every protocol-level flood (`floods.py`: 1xx runs, endless status lines
-and headers, chunk extensions, 1-byte chunks, trailers). Each target must
-count only its expected outcome, in both modes; `/metrics` must keep answering while every
-target fails; and once the daemon and servers are gone, no asyncio task and no socket may be
-left over. The outcome column mirrors the README's classification table.
+the hostile server (`tests/support/hostile.py`: compressed bodies, redirects, nonsense
+numbers, endless streams, junk or a held connection after the end, hang-ups, an id echoing
+the key, each in its variants) and every protocol-level flood (`tests/support/floods.py`:
+1xx runs, endless status lines and headers, chunk extensions, 1-byte chunks, trailers). Each
+target must count only its expected outcome, in both modes; `/metrics` must keep answering
+while every target fails; and once the daemon and servers are gone, no asyncio task and no
+socket may be left over. The outcome column mirrors the README's classification table.
 
 Name resolution is replaced by a resolver that answers `localhost` and refuses every other
 name, so the unresolvable host is refused here instead of by a DNS server off this machine:
@@ -32,9 +32,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.sim.faults import FAULT_HEADER
-from tests.integration.daemon import daemon, scrape, simulator, wait_for
-from tests.integration.floods import FLOODS, Flooded, flood_server
-from tests.integration.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of, hostile_server
+from tests.support.daemon import daemon, scrape, simulator, wait_for
+from tests.support.floods import FLOODS, Flooded, flood_server
+from tests.support.hostile import BEHAVIOURS, OLLAMA_BEHAVIOURS, Hostile, api_of, hostile_server
 from tests.support.net import closed_port
 from tests.support.servers import SIM, bad_http_server, tls_simulator
 from tests.support.tls import self_signed_cert
@@ -121,11 +121,11 @@ def fault_targets(
     }
     for name, (extra, outcome) in others.items():
         targets[name] = ({**common, "name": name, **extra}, outcome)
-    # Every hostile behaviour, each class in its variants (tests/integration/hostile.py).
+    # Every hostile behaviour, each class in its variants (tests/support/hostile.py).
     for name, (_, outcome) in {**BEHAVIOURS, **OLLAMA_BEHAVIOURS}.items():
         extra = {"url": hostile.url(name), "api": api_of(name), "timeouts": HOSTILE_TIMEOUTS}
         targets[f"hostile_{name}"] = ({**common, "name": f"hostile_{name}", **extra}, outcome)
-    # Every protocol-level flood (tests/integration/floods.py): cut at its bound.
+    # Every protocol-level flood (tests/support/floods.py): cut at its bound.
     for name in FLOODS:
         extra = {"url": floods.url(name), "timeouts": HOSTILE_TIMEOUTS}
         targets[name] = ({**common, "name": name, **extra}, "protocol_error")

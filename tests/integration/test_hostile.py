@@ -1,4 +1,5 @@
-"""Hostile endpoints, one request at a time: each behaviour of `hostile.py` is one outcome.
+"""Hostile endpoints, one request at a time: each behaviour of `tests/support/hostile.py` is one
+outcome.
 
 Every case sends one streamed request through a session built like the daemon's, records
 the result the way the daemon does, and checks what must hold beyond the outcome: nothing
@@ -32,7 +33,7 @@ from prober.summary import result_summary
 from prober.targets import Target
 from prober.timings import Slo
 from prober.web import client_session
-from tests.integration.hostile import (
+from tests.support.hostile import (
     BEHAVIOURS,
     ERROR_TEXTS,
     FORGED_LOG_LINE,
@@ -42,7 +43,7 @@ from tests.integration.hostile import (
     forging_server,
     leaked_pieces,
 )
-from tests.integration.hostile import hostile_server as serve_hostile
+from tests.support.hostile import hostile_server as serve_hostile
 from tests.support.servers import serve
 
 MAX_TOKENS = 4

@@ -1,5 +1,5 @@
-"""Protocol-level floods (`floods.py`): every byte a server sends counts against a bound of
-the request, and past it the request ends as `protocol_error` at once.
+"""Protocol-level floods (`tests/support/floods.py`): every byte a server sends counts against a
+bound of the request, and past it the request ends as `protocol_error` at once.
 
 Each flood runs against a session of its own, as each target has a pool of its own, while
 another target's requests run beside it: those must all succeed, every one counted by its
@@ -22,7 +22,7 @@ from prober.result import Outcome, RequestResult
 from prober.sse import DEFAULT_MAX_LINE_BYTES
 from prober.stream import max_events
 from prober.wire import client_session
-from tests.integration.floods import ANSWERS, FLOODS, Flooded, flood_server
+from tests.support.floods import ANSWERS, FLOODS, Flooded, flood_server
 
 MAX_TOKENS = 4
 TIMEOUTS = Timeouts(connect_seconds=2, first_token_seconds=3, idle_seconds=1.0, total_seconds=4)

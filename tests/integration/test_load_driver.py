@@ -12,7 +12,7 @@ from prober.result import RequestResult
 from prober.settings import LoadConfig, TargetConfig
 from prober.targets import Target
 from prober.web import client_session
-from tests.integration.daemon import simulator
+from tests.support.daemon import simulator
 from tests.support.results import recorder
 
 RATE = 20.0

@@ -13,31 +13,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from prober.web import SESSIONS
-from tests.integration.daemon import daemon, scrape, value, wait_for
-from tests.integration.hostile import chunk, usage
+from tests.support.daemon import daemon, scrape, value, wait_for
+from tests.support.hostile import whole_answer
+from tests.support.servers import raw_server, read_request
 
 REQUESTS_PER_CONNECTION = 50
-
-
-def answer() -> bytes:
-    body = chunk("Hel") + chunk("lo")
-    body += b'data: {"choices": [], ' + usage(5, 2).encode() + b"}\n\ndata: [DONE]\n\n"
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-async def read_path(reader: asyncio.StreamReader) -> str:
-    """The path of one request (its body read); "" once the client has gone."""
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-        return ""
-    lines = head.split(b"\r\n")
-    length = next(
-        (int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")), 0
-    )
-    await reader.readexactly(length)
-    return lines[0].split(b" ")[1].decode()
 
 
 @asynccontextmanager
@@ -47,24 +27,15 @@ async def keepalive_server(paths: list[list[str]]) -> AsyncIterator[str]:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         seen: list[str] = []
         paths.append(seen)
-        try:
-            for _ in range(REQUESTS_PER_CONNECTION):
-                if not (path := await read_path(reader)):
-                    break
-                seen.append(path)
-                writer.write(answer())
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+        for _ in range(REQUESTS_PER_CONNECTION):
+            if not (path := await read_request(reader)):
+                break
+            seen.append(path)
+            writer.write(whole_answer(2))
+            await writer.drain()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with raw_server(serve) as url:
+        yield url
 
 
 async def test_a_connection_never_carries_two_targets() -> None:

@@ -20,7 +20,7 @@ from prober.logs import setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.result import Outcome, RequestResult
 from prober.web import INFLIGHT, client_session
-from tests.integration.daemon import daemon, simulator
+from tests.support.daemon import daemon, simulator
 from tests.support.servers import tls_simulator
 from tests.support.tls import self_signed_cert
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.engine import llama_server_fixture
-from tests.integration.queue_accuracy import evidence, measure_capacity, run_levels, table
+from tests.support.engine import llama_server_fixture
+from tests.support.queue_accuracy import evidence, measure_capacity, run_levels, table
 
 pytestmark = pytest.mark.engine
 engine = llama_server_fixture(4)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.engine import llama_server_fixture
-from tests.integration.foreign_accuracy import (
+from tests.support.engine import llama_server_fixture
+from tests.support.foreign_accuracy import (
     Level,
     check,
     evidence,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.foreign_accuracy import (
+from tests.support.foreign_accuracy import (
     Level,
     check,
     evidence,

@@ -14,8 +14,8 @@ import math
 import time
 from typing import Any
 
-from tests.integration.daemon import daemon, scrape, value
-from tests.integration.foreign_accuracy import Level, foreign_load, measure_capacity, sim_process
+from tests.support.daemon import daemon, scrape, value
+from tests.support.foreign_accuracy import Level, foreign_load, measure_capacity, sim_process
 
 SLOTS = 4
 ENGINE = ("--slots", str(SLOTS), "--decode-step", "0.02", "--decode-slowdown", "0.3")

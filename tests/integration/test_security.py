@@ -27,8 +27,8 @@ from aiohttp import web
 
 from prober.logs import setup_logging
 from prober.request import Api, RequestSpec, Timeouts, stream_request
-from tests.integration.daemon import daemon, simulator, wait_for
-from tests.integration.hostile import hostile_server
+from tests.support.daemon import daemon, simulator, wait_for
+from tests.support.hostile import hostile_server
 from tests.support.servers import bad_http_server, serve_app
 
 KEY_ENV = "LLMPROBER_TEST_CANARY_KEY"
@@ -218,7 +218,7 @@ async def openmetrics(url: str) -> str:
 async def test_a_server_echoing_the_key_as_its_id_never_reaches_exemplars(
     key: str, logs: io.StringIO
 ) -> None:
-    # The id, a response header and the text all carry the key (tests/integration/hostile.py).
+    # The id, a response header and the text all carry the key (tests/support/hostile.py).
     async with hostile_server() as hostile:
         target = {"name": "echo_id", "url": hostile.url("echo_key_id"), "model": "m",
                   "warmup": 0, "interval_seconds": 0.3, "jitter_seconds": 0,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.floods import flood_server_thread
+from tests.support.floods import flood_server_thread
 from tests.support.net import free_port, wait_http
 from tests.support.process import process
 

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from prober.settings import Settings
 from prober.web import WEB_CONFIG, build_app
-from tests.integration.daemon import bound_port_of
+from tests.support.daemon import bound_port_of
 from tests.support.net import closed_port, free_port, wait_http
 from tests.support.process import process
 from tests.support.tls import self_signed_cert

@@ -1,5 +1,6 @@
 """Small local servers on 127.0.0.1: any aiohttp app, one handler on every endpoint, the
-simulator behind TLS, and a server whose HTTP is unparsable.
+simulator behind TLS, a server whose HTTP is unparsable, and raw asyncio servers that write
+each byte themselves (`raw_server`, `read_request`).
 
 Each is an async context manager that yields the server's URL and tears it down on exit.
 """
@@ -85,3 +86,42 @@ async def bad_http_server() -> AsyncIterator[str]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+RawServe = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def raw_server(serve: RawServe) -> AsyncIterator[str]:
+    """An asyncio server on 127.0.0.1 calling `serve` for each connection (a client that
+    hangs up ends it quietly; the connection is closed after it); yields its URL."""
+
+    async def each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(each, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader, timeout: float = 30.0) -> str:
+    """The path of one HTTP/1.1 request, its Content-Length body read; "" once the client
+    has gone (or sent nothing for `timeout` seconds)."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=timeout)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+        return ""
+    lines = head.split(b"\r\n")
+    length = next(
+        (int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")), 0
+    )
+    await reader.readexactly(length)
+    return lines[0].split(b" ")[1].decode()

@@ -32,7 +32,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.engine import _healthy
+from tests.support.engine import _healthy
 from tests.support.machine import process_stats
 from tests.support.net import free_port
 

@@ -1,5 +1,5 @@
 """The engine tests' evidence helpers: the foreign load's failure pause and reasons, the loop
-lag and the machine snapshot (tests/support/machine.py, tests/integration/foreign_load.py)."""
+lag and the machine snapshot (tests/support/machine.py, tests/support/foreign_load.py)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_a_refused_load_pauses_between_failures_and_says_why() -> None:
     # followed by the pause, so a few dozen attempts, never thousands, and the reason given.
     url = f"http://127.0.0.1:{closed_port()}/v1"
     out = subprocess.run(
-        [sys.executable, "-m", "tests.integration.foreign_load", "--url", url,
+        [sys.executable, "-m", "tests.support.foreign_load", "--url", url,
          "--mode", "closed", "--workers", "8", "--seconds", "2"],
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip

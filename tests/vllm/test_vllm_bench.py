@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.bench_report import fig
-from tests.integration.test_bench_engine import bench, clean, row
+from tests.support.bench_report import bench, clean, fig, row
 from tests.support.vllm import MODEL_NAME
 
 pytestmark = pytest.mark.vllm

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.queue_accuracy import evidence, measure_capacity, run_levels, table
+from tests.support.queue_accuracy import evidence, measure_capacity, run_levels, table
 from tests.support.vllm import SLOTS
 
 pytestmark = pytest.mark.vllm

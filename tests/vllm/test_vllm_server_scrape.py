@@ -15,8 +15,8 @@ import time
 import aiohttp
 import pytest
 
-from tests.integration.daemon import daemon, scrape, value
-from tests.integration.foreign_accuracy import Level, drain, foreign_load
+from tests.support.daemon import daemon, scrape, value
+from tests.support.foreign_accuracy import Level, drain, foreign_load
 from tests.support.machine import LoopLag, snapshot_at
 from tests.support.vllm import MODEL_NAME, SLOTS, Samples, engine_samples, log_tail
 

@@ -31,6 +31,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from tests.support.servers import raw_server, read_request
+
 Behaviour = Callable[["Hostile", web.Request], Awaitable[web.StreamResponse]]
 MAX_WRITES = 1_000_000  # an endless stream stops here, or after MAX_SECONDS, if nobody stops it
 MAX_SECONDS = 10.0
@@ -421,25 +423,12 @@ def api_of(name: str) -> str:
 # -- a forged answer left in a pooled connection (round two, item 2) ------------------------
 
 
-def _sse_response(completion_tokens: int) -> bytes:
+def whole_answer(completion_tokens: int) -> bytes:
+    """A whole HTTP/1.1 answer with a Content-Length: a stream of two chunks, usage, [DONE]."""
     body = chunk("Hel") + chunk("lo") + STOP
     body += b'data: {"choices": [], ' + usage(5, completion_tokens).encode() + b"}\n\n" + DONE
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-async def _read_request(reader: asyncio.StreamReader) -> bool:
-    """One HTTP/1.1 request with a Content-Length body; False when the client left."""
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-        return False
-    length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-         if line.lower().startswith(b"content-length:")), 0,
-    )  # fmt: skip
-    await reader.readexactly(length)
-    return True
 
 
 @asynccontextmanager
@@ -450,23 +439,13 @@ async def forging_server(answers: list[int]) -> AsyncIterator[str]:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         answers.append(0)
-        try:
-            for _ in range(4):
-                if not await _read_request(reader):
-                    break
-                writer.write(_sse_response(5))
-                await asyncio.sleep(0.1)
-                writer.write(_sse_response(777))  # the forgery
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+        for _ in range(4):
+            if not await read_request(reader, timeout=5):
+                break
+            writer.write(whole_answer(5))
+            await asyncio.sleep(0.1)
+            writer.write(whole_answer(777))  # the forgery
+            await writer.drain()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with raw_server(serve) as url:
+        yield url

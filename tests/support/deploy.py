@@ -13,7 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import pytest
 import yaml
 
 from prober.metric_specs import SPECS, Kind, names
+from tests.support.net import wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -29,7 +34,7 @@ PROM_TESTS_DIR = DEPLOY / "prometheus" / "tests"
 K8S_DIR = DEPLOY / "kubernetes"
 GRAFANA_DIR = ROOT / "grafana"
 DASHBOARDS_DIR = GRAFANA_DIR / "dashboards"
-SCHEMAS_DIR = Path(__file__).parent / "schemas"
+SCHEMAS_DIR = ROOT / "tests" / "deploy" / "schemas"
 
 # --- the metric contract (docs/design.md §5, binding): prober/metric_specs.py's table -----
 HISTOGRAMS = names(Kind.HISTOGRAM)
@@ -177,3 +182,123 @@ def substitute(expr: str, *, interval: str = "15s", range_: str = "1h") -> str:
     for var, value in values.items():
         expr = expr.replace(var, value)
     return expr
+
+
+# The live stack: a real Prometheus scraping a daemon (tests/deploy/test_dashboards_live*.py).
+
+LIVE_WARMUP_SECONDS = 40
+LIVE_DEADLINE_SECONDS = 150
+_LIVE_WINDOWS = {"interval": "1s", "range_": "5m"}
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(where, PromQL) for every panel target and query variable of every dashboard, its
+    `$__rate_interval` and `$__range` as a stack scraping every second for minutes has them."""
+    queries = []
+    for path in sorted(DASHBOARDS_DIR.glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets", []):
+                where = f"{path.name} / {panel['title']} / {target['refId']}"
+                queries.append((where, substitute(target["expr"], **_LIVE_WINDOWS)))
+        for var in dashboard["templating"]["list"]:
+            if var["type"] == "query":
+                inner = var["query"]["query"].removeprefix("label_values(").rsplit(",", 1)[0]
+                where = f"{path.name} / variable {var['name']}"
+                queries.append((where, substitute(inner, **_LIVE_WINDOWS)))
+    return queries
+
+
+class Prometheus:
+    """A running Prometheus's query API."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        qs = urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{qs}", timeout=10) as resp:
+            body = json.load(resp)
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in reversed(procs):
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def start_prometheus(prometheus_bin: Path, tmp: Path, port: int) -> subprocess.Popen[bytes]:
+    """Prometheus on `tmp/prometheus.yml`, its data and log in `tmp`; returns once ready
+    (stopped again if it never is)."""
+    cmd = [
+        str(prometheus_bin / "prometheus"),
+        f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    proc = start(cmd, tmp / "prometheus.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready", timeout=30)
+    except BaseException:
+        stop([proc])
+        raise
+    return proc
+
+
+def empty_until_deadline(prom: Prometheus, queries: list[tuple[str, str]]) -> list[str]:
+    """Queries still empty at the deadline (slow rules get time, failures fail fast)."""
+    pending = list(queries)
+    deadline = time.monotonic() + LIVE_DEADLINE_SECONDS - LIVE_WARMUP_SECONDS
+    while True:
+        pending = [(where, expr) for where, expr in pending if not prom.query(expr)]
+        if not pending or time.monotonic() > deadline:
+            return [f"{where}: {expr}" for where, expr in pending]
+        time.sleep(2)
+
+
+@contextmanager
+def live_stack(
+    prometheus_bin: Path,
+    tmp: Path,
+    daemon: dict[str, Any],
+    prometheus: dict[str, Any],
+    prometheus_port: int,
+    engines: Sequence[tuple[list[str], str]] = (),
+) -> Iterator[Prometheus]:
+    """`engines` (command, a URL that answers once it is up), the daemon on the settings
+    `daemon` and Prometheus on the configuration `prometheus`, each a process of its own
+    with its log in `tmp`; yields Prometheus after `LIVE_WARMUP_SECONDS` of scraping, and
+    stops them all."""
+    (tmp / "prober.yml").write_text(yaml.safe_dump(daemon))
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus))
+    listen = daemon["server"]["listen"]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, (cmd, ready) in enumerate(engines):
+            procs.append(start(cmd, tmp / f"engine-{i}.log"))
+            wait_http(ready, timeout=30)
+        cmd = [sys.executable, "-m", "prober.cli", "run", "--config", str(tmp / "prober.yml")]
+        procs.append(start(cmd, tmp / "daemon.log"))
+        wait_http(f"http://{listen}/-/healthy", timeout=30)
+        procs.append(start_prometheus(prometheus_bin, tmp, prometheus_port))
+        time.sleep(LIVE_WARMUP_SECONDS)
+        yield Prometheus(f"http://127.0.0.1:{prometheus_port}")
+    finally:
+        stop(procs)
+
+
+def rules_without_series(prom: Prometheus) -> list[str]:
+    """The shipped recording rules that still have no series at the deadline."""
+    return empty_until_deadline(prom, [(name, name) for name in recording_rules()])

@@ -1,9 +1,9 @@
 """Someone else's traffic: a plain aiohttp client, run as its own process, that shares no code
 with the daemon, so nothing the daemon computes can leak into the load it is judged under.
 
-    python -m tests.integration.foreign_load --url http://127.0.0.1:8080/v1 \\
+    python -m tests.support.foreign_load --url http://127.0.0.1:8080/v1 \\
         --mode poisson --rate 2 --seconds 60
-    python -m tests.integration.foreign_load --url ... --mode closed --workers 8 --seconds 60
+    python -m tests.support.foreign_load --url ... --mode closed --workers 8 --seconds 60
 
 Every request streams a chat completion with a fresh random prefix (no prefix-cache hits) and
 `max_tokens` drawn uniformly within ±spread of the mean (`ignore_eos` makes llama-server

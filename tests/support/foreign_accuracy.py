@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from tests.integration.daemon import daemon, scrape, value
-from tests.integration.engine import _healthy
+from tests.support.daemon import daemon, scrape, value
+from tests.support.engine import _healthy
 from tests.support.machine import LoopLag, snapshot, snapshot_at
 from tests.support.net import free_port
 
@@ -187,7 +187,7 @@ async def foreign_load(
     """The load process for `level`, for at most `seconds` + `LOAD_OVERTIME_SECONDS`; yields a
     list that holds its report once it has stopped."""
     cmd = [
-        sys.executable, "-m", "tests.integration.foreign_load", "--url", f"{base}/v1",
+        sys.executable, "-m", "tests.support.foreign_load", "--url", f"{base}/v1",
         "--seconds", f"{seconds + LOAD_OVERTIME_SECONDS:.0f}", *level.args(), *extra,
     ]  # fmt: skip
     pipe = asyncio.subprocess.PIPE  # stdin: the load stops when it closes (our end)

@@ -18,8 +18,8 @@ import aiohttp
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
 from prober.web import LOADS, client_session
-from tests.integration.daemon import daemon, scrape, value
-from tests.integration.foreign_accuracy import drain, engine_truth
+from tests.support.daemon import daemon, scrape, value
+from tests.support.foreign_accuracy import drain, engine_truth
 from tests.support.machine import LoopLag, snapshot_at
 
 
