@@ -11,27 +11,16 @@ from __future__ import annotations
 import pytest
 
 from tests.support.engine import llama_server_fixture
-from tests.support.queue_accuracy import evidence, measure_capacity, run_levels, table
+from tests.support.queue_accuracy import on_engine
 
 pytestmark = pytest.mark.engine
 engine = llama_server_fixture(4)
 
-FACTORS = (0.2, 0.6, 1.0, 1.5)
-PROMPT_TOKENS, MAX_TOKENS = 48, 16
-FIXED_LENGTH = {"ignore_eos": True}  # every answer exactly MAX_TOKENS, so capacity is stable
-
 
 async def test_waiting_estimate_tracks_llama_server(engine: str) -> None:
-    capacity = await measure_capacity(
-        engine, workers=8, seconds=25, prompt="hello " * 40, max_tokens=MAX_TOKENS,
-        extra_body=FIXED_LENGTH,
-    )  # fmt: skip
-    levels = await run_levels(
-        engine, [capacity * factor for factor in FACTORS], seconds=30,
-        prompt_tokens=PROMPT_TOKENS, max_tokens=MAX_TOKENS, warmup_seconds=2.0,
-        extra_body=FIXED_LENGTH,
-    )  # fmt: skip
-    report = f"{table(capacity, levels)}\n{evidence(levels)}"
+    levels, report = await on_engine(
+        engine, workers=8, capacity_seconds=25, seconds=30, note="llama-server -np 4, own load"
+    )
     print("\n" + report, flush=True)
     for level in levels:
         assert level.mae <= level.bound, report

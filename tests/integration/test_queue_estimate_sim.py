@@ -7,9 +7,7 @@ estimate is at most max(1 request, 20 % of the mean true depth).
 from __future__ import annotations
 
 from tests.support.daemon import simulator
-from tests.support.queue_accuracy import evidence, measure_capacity, run_levels, table
-
-FACTORS = (0.2, 0.6, 1.0, 1.5)
+from tests.support.queue_accuracy import FACTORS, evidence, measure_capacity, run_levels, table
 
 
 async def test_waiting_estimate_tracks_simulator_truth() -> None:

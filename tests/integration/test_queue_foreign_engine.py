@@ -17,6 +17,7 @@ from tests.support.foreign_accuracy import (
     check,
     evidence,
     measure_capacity,
+    probes_like_traffic,
     run_levels,
     table,
 )
@@ -25,13 +26,7 @@ pytestmark = pytest.mark.engine
 SLOTS = 4
 engine = llama_server_fixture(SLOTS)
 ANSWER = ("--max-tokens", "24")  # the traffic's answers: 12..36 tokens, mean 24
-PROBE = {
-    "interval_seconds": 1.0, "jitter_seconds": 0.2, "warmup": 1, "slots": SLOTS,
-    # Shaped like the traffic (about 40 prompt tokens, 24 answer tokens): the default
-    # assumption, so the service time needs no scaling.
-    "prompt_tokens": 40, "max_tokens": 24, "extra_body": {"ignore_eos": True},
-    "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
-}  # fmt: skip
+PROBE = probes_like_traffic(SLOTS, 24)
 
 
 async def test_probes_alone_track_llama_servers_queue(engine: str) -> None:

@@ -98,6 +98,28 @@ async def run_levels(
     return levels
 
 
+# The experiment's levels, as fractions of the measured capacity.
+FACTORS = (0.2, 0.6, 1.0, 1.5)
+
+
+async def on_engine(
+    base: str, *, workers: int, capacity_seconds: float, seconds: float, note: str
+) -> tuple[list[Level], str]:
+    """The experiment on a real engine: 48-token prompts, answers of exactly 16 tokens (so
+    the capacity is stable), the capacity from `workers` closed-loop clients over
+    `capacity_seconds`, then `seconds` a level; returns the levels and their report."""
+    fixed: dict[str, object] = {"ignore_eos": True}
+    capacity = await measure_capacity(
+        base, workers=workers, seconds=capacity_seconds, prompt="hello " * 40, max_tokens=16,
+        extra_body=fixed,
+    )  # fmt: skip
+    levels = await run_levels(
+        base, [capacity * factor for factor in FACTORS], seconds=seconds, prompt_tokens=48,
+        max_tokens=16, warmup_seconds=2.0, extra_body=fixed,
+    )  # fmt: skip
+    return levels, f"{note}\n{table(capacity, levels)}\n{evidence(levels)}"
+
+
 async def _sample_level(
     session: aiohttp.ClientSession, base: str, url: str, end: float, every: float,
     pairs: list[tuple[float, float]],

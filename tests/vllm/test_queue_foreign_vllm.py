@@ -22,6 +22,7 @@ from tests.support.foreign_accuracy import (
     evidence,
     measure_capacity,
     paced,
+    probes_like_traffic,
     run_levels,
     table,
 )
@@ -29,13 +30,7 @@ from tests.support.vllm import SLOTS
 
 pytestmark = pytest.mark.vllm
 ANSWER = ("--max-tokens", "16")  # the traffic's answers: 8..24 tokens, mean 16
-PROBE = {
-    "interval_seconds": 1.0, "jitter_seconds": 0.2, "warmup": 1, "slots": SLOTS,
-    # Shaped like the traffic (about 40 prompt tokens, 16 answer tokens): the default
-    # assumption, so the service time needs no scaling.
-    "prompt_tokens": 40, "max_tokens": 16, "extra_body": {"ignore_eos": True},
-    "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
-}  # fmt: skip
+PROBE = probes_like_traffic(SLOTS, 16)
 
 
 async def test_probes_alone_track_vllms_queue(vllm: str) -> None:

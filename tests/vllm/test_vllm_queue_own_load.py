@@ -13,27 +13,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.queue_accuracy import evidence, measure_capacity, run_levels, table
+from tests.support.queue_accuracy import on_engine
 from tests.support.vllm import SLOTS
 
 pytestmark = pytest.mark.vllm
-FACTORS = (0.2, 0.6, 1.0, 1.5)
-PROMPT_TOKENS, MAX_TOKENS = 48, 16
-FIXED_LENGTH = {"ignore_eos": True}
 
 
 async def test_waiting_estimate_tracks_vllm(vllm: str) -> None:
-    capacity = await measure_capacity(
-        vllm, workers=2 * SLOTS, seconds=20, prompt="hello " * 40, max_tokens=MAX_TOKENS,
-        extra_body=FIXED_LENGTH,
+    levels, report = await on_engine(
+        vllm, workers=2 * SLOTS, capacity_seconds=20, seconds=25,
+        note=f"vLLM --max-num-seqs {SLOTS}, own load",
     )  # fmt: skip
-    levels = await run_levels(
-        vllm, [capacity * factor for factor in FACTORS], seconds=25,
-        prompt_tokens=PROMPT_TOKENS, max_tokens=MAX_TOKENS, warmup_seconds=2.0,
-        extra_body=FIXED_LENGTH,
-    )  # fmt: skip
-    report = f"{table(capacity, levels)}\n{evidence(levels)}"
-    print("\nvLLM --max-num-seqs 4, own load\n" + report, flush=True)
+    print("\n" + report, flush=True)
     for level in levels:
         assert level.mae <= level.bound, report
     assert levels[-1].slots >= SLOTS, report
