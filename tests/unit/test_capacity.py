@@ -74,7 +74,7 @@ def test_companions_go_with_every_probe_while_learning_then_with_pair_share() ->
     assert cap.companion_delay(0.4, 0.9) is None
 
 
-def test_without_a_slots_hint_learning_lasts_until_the_slots_can_be_read() -> None:
+def test_without_a_slots_hint_learning_lasts_until_the_slots_are_learned() -> None:
     cap = capacity(Clock(), pair_share=0.0)
     cap.observe(probe(0.0, 0.05, [0.02] * 10), probe=True)
     foreign = cap.estimator.foreign
@@ -84,6 +84,10 @@ def test_without_a_slots_hint_learning_lasts_until_the_slots_can_be_read() -> No
     assert cap.companion_delay(0.4, 0.99) is not None  # so few pairs do not give the slots
     for _ in range(_MIN_SLOT_PAIRS - _MIN_PAIRS):
         foreign.decode.observe_pair(0.020, 0.026)
+    assert cap.companion_delay(0.4, 0.99) is not None  # no probe at full batch yet
+    for _ in range(3):
+        foreign.decode.observe(0.038, full_batch=True)
+    assert foreign.slots == 4  # 1 + (38 − 20) / 6
     assert cap.companion_delay(0.4, 0.99) is None
 
 
