@@ -13,15 +13,17 @@ truth of the departures), with answers of 0.5×, 1× and 2× the probes':
 
     .venv/bin/python bench/drain_rate.py --engine sim          # the 4-slot simulator
     .venv/bin/python bench/drain_rate.py --engine llama        # llama-server -np 4
+    .venv/bin/python bench/drain_rate.py --engine vllm         # vLLM --max-num-seqs 4
     .venv/bin/python bench/drain_rate.py --url http://127.0.0.1:8000 --slots 4
 
 Per level it prints the true departures/s (the foreign load's completions plus the probes'),
-the admission rate read from the probes' long gaps (a gap over `--spike` × the probe's median
-gap; `count`: one admission a long gap; `runs`: one a run of consecutive long gaps, for an
-engine whose prefill spans several steps), scaled by `slots / (slots − 1)` (see `analyse`),
-and the shape-bound rate `slots / T_probe` the estimate uses today with no `traffic:`, each as
-a ratio to the truth; `long`: the long gaps seen, on which the admission rates rest. Figures:
-`bench/README.md`.
+the admission rate read from the probes' runs of long gaps (`admissions`: a gap past the
+probe's median by `--spike` of it or six median absolute deviations of the gaps below the
+median, and not followed by a gap under half the median, which is the client's stall; a run as
+long as the runs' median is one admission, longer runs two or more), scaled by
+`slots / (slots − 1)` (see `analyse`), and the shape-bound rate `slots / T_probe` the estimate
+uses with no `traffic:`, each as a ratio to the truth; `runs`: how many runs of long gaps the
+rate rests on (its noise is about one in √runs). Figures: `bench/README.md`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -62,7 +65,6 @@ class Probe:
 class Reading:
     level: str
     true_rate: float
-    count_rate: float
     runs_rate: float
     shape_rate: float
     probes: int
@@ -87,54 +89,69 @@ async def _probe(session: aiohttp.ClientSession, url: str, tokens: int) -> Probe
     return probe
 
 
-def _long_gaps(probe: Probe, spike: float) -> tuple[float, int, int]:
-    """(the probe's decode span, its long gaps, its runs of consecutive long gaps)."""
-    gaps = probe.gaps()
+def admissions(stamps: list[float], spike: float) -> list[int]:
+    """The lengths (in gaps) of the runs of long gaps in one probe's decode."""
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     if len(gaps) < 4:
-        return 0.0, 0, 0
+        return []
     base = statistics.median(gaps)
-    long = [g > spike * base for g in gaps]
-    runs = sum(1 for i, x in enumerate(long) if x and (i == 0 or not long[i - 1]))
-    return sum(gaps), sum(long), runs
+    # The deviations of the gaps up to the median: the long gaps would widen them.
+    spread = statistics.median(base - g for g in gaps if g <= base)
+    threshold = base + max(spike * base, 6 * spread)
+    runs, length = [], 0
+    for gap, after in itertools.zip_longest(gaps, gaps[1:], fillvalue=base):
+        if gap > threshold and after >= base / 2:  # followed by a bunch: a client stall
+            length += 1
+        elif length:
+            runs.append(length)
+            length = 0
+    return [*runs, length] if length else runs
+
+
+def admission_count(runs: list[int]) -> int:
+    """One admission a run as long as the runs' median (one gap on the simulator and vLLM,
+    two or three on llama-server, whose prefill spans several of a probe's steps)."""
+    if not runs:
+        return 0
+    unit = statistics.median(runs)
+    return sum(max(1, round(length / unit)) for length in runs)
 
 
 def analyse(level: str, probes: list[Probe], true_rate: float, slots: int, spike: float) -> Reading:
-    """The rates from the probes' long gaps. While a probe decodes, its own slot does not
-    free: the admissions it sees are the departures of the other `slots − 1`, so each count
-    is scaled by `slots / (slots − 1)` to the engine's."""
+    """The rates from the probes' runs of long gaps. While a probe decodes, its own slot does
+    not free: the admissions it sees are the departures of the other `slots − 1`, so each
+    count is scaled by `slots / (slots − 1)` to the engine's."""
     span = 0.0
-    count = runs = 0
+    runs: list[int] = []
     services: list[float] = []
     for probe in probes:
-        decode, n_long, n_runs = _long_gaps(probe, spike)
-        span += decode
-        count += n_long
-        runs += n_runs
-        if probe.tokens:
-            # Its service time as the estimate reads it: the decode and one more step for
-            # the prefill (TTFT includes the wait, which is what is being measured).
-            gaps = probe.gaps()
-            services.append(decode + (statistics.median(gaps) if gaps else 0.0))
+        gaps = probe.gaps()
+        if len(gaps) < 4:
+            continue
+        runs.extend(admissions(probe.tokens, spike))
+        span += sum(gaps)
+        # Its service time as the estimate reads it: the decode and one more step for the
+        # prefill (TTFT includes the wait, which is what is being measured).
+        services.append(sum(gaps) + statistics.median(gaps))
     scale = slots / (slots - 1) / span if span and slots > 1 else 0.0
     return Reading(
         level=level,
         true_rate=true_rate,
-        count_rate=count * scale,
-        runs_rate=runs * scale,
+        runs_rate=admission_count(runs) * scale,
         shape_rate=slots / statistics.mean(services) if services else 0.0,
         probes=len(probes),
-        events=count,
+        events=len(runs),
     )
 
 
 async def run_level(
     url: str, level: str, workers: int, answer: int, probe_tokens: int, seconds: float,
-    warmup: float, slots: int, spike: float,
+    warmup: float, slots: int, sigma: float, spike: float,
 ) -> Reading:  # fmt: skip
     load = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.support.foreign_load", "--url", f"{url}/v1",
         "--mode", "closed", "--workers", str(workers), "--max-tokens", str(answer),
-        "--seconds", str(warmup + seconds), "--warmup", str(warmup),
+        "--seconds", str(warmup + seconds), "--warmup", str(warmup), "--sigma", str(sigma),
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
     probes: list[Probe] = []
@@ -164,6 +181,14 @@ def engine(kind: str, slots: int) -> Iterator[str]:
         with llama_server(slots) as base:
             yield base
         return
+    if kind == "vllm":  # `--max-num-seqs 4`, as the tests start it (VLLM_PYTHON, VLLM_MODEL)
+        from tests.support.vllm import SLOTS, vllm_server
+
+        if slots != SLOTS:
+            raise SystemExit(f"--engine vllm serves {SLOTS} sequences: --slots {SLOTS}")
+        with vllm_server() as base:
+            yield base
+        return
     port = free_port()
     sim = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "llm-prober"), "sim", "--port", str(port),
@@ -181,16 +206,15 @@ def engine(kind: str, slots: int) -> Iterator[str]:
 
 def _table(readings: list[Reading]) -> str:
     head = (
-        f"{'level':>12} {'true/s':>7} {'count/s':>8} {'÷true':>6} {'runs/s':>8} {'÷true':>6}"
-        f" {'shape/s':>8} {'÷true':>6} {'probes':>6} {'long':>5}"
+        f"{'level':>12} {'true/s':>7} {'runs/s':>8} {'÷true':>6} {'shape/s':>8} {'÷true':>6}"
+        f" {'probes':>6} {'runs':>5}"
     )
     rows = [head]
     for r in readings:
         t = r.true_rate or float("nan")
         rows.append(
-            f"{r.level:>12} {r.true_rate:7.2f} {r.count_rate:8.2f} {r.count_rate / t:6.2f}"
-            f" {r.runs_rate:8.2f} {r.runs_rate / t:6.2f} {r.shape_rate:8.2f}"
-            f" {r.shape_rate / t:6.2f} {r.probes:6d} {r.events:5d}"
+            f"{r.level:>12} {r.true_rate:7.2f} {r.runs_rate:8.2f} {r.runs_rate / t:6.2f}"
+            f" {r.shape_rate:8.2f} {r.shape_rate / t:6.2f} {r.probes:6d} {r.events:5d}"
         )
     return "\n".join(rows)
 
@@ -205,18 +229,18 @@ async def main_async(args: argparse.Namespace) -> None:
                 level = f"{factor:g}x c{k * args.slots}"
                 reading = await run_level(
                     url, level, k * args.slots, answer, args.probe_tokens, args.seconds,
-                    args.warmup, args.slots, args.spike,
+                    args.warmup, args.slots, args.sigma, args.spike,
                 )  # fmt: skip
                 readings.append(reading)
                 print(_table(readings[-1:]).splitlines()[1], flush=True)
     print(f"\n{args.engine if not args.url else args.url}, {args.slots} slots, probes of "
-          f"{args.probe_tokens} tokens, long gap > {args.spike}× the probe's median")  # fmt: skip
+          f"{args.probe_tokens} tokens, long gaps past {args.spike:g} of the median")  # fmt: skip
     print(_table(readings))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--engine", choices=("sim", "llama"), default="sim")
+    p.add_argument("--engine", choices=("sim", "llama", "vllm"), default="sim")
     p.add_argument("--url", help="an engine already running (no /v1); --engine is ignored")
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--probe-tokens", type=int, default=32)
@@ -224,9 +248,12 @@ def main() -> None:
                    help="the foreign answers, as multiples of the probes'")  # fmt: skip
     p.add_argument("--loads", type=int, nargs="+", default=[2],
                    help="closed-loop clients, as multiples of the slots")  # fmt: skip
+    p.add_argument("--sigma", type=float, default=0.0,
+                   help="heavy-tailed foreign lengths: lognormal σ (foreign_load)")  # fmt: skip
+    p.add_argument("--spike", type=float, default=0.2,
+                   help="a long gap: past the probe's median by this share of it")  # fmt: skip
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--warmup", type=float, default=8.0)
-    p.add_argument("--spike", type=float, default=1.3)
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -6,11 +6,12 @@ with the daemon, so nothing the daemon computes can leak into the load it is jud
     python -m tests.support.foreign_load --url ... --mode closed --workers 8 --seconds 60
 
 Every request streams a chat completion with a fresh random prefix (no prefix-cache hits) and
-`max_tokens` drawn uniformly within ±spread of the mean (`ignore_eos` makes llama-server
-generate all of them), so closed-loop clients do not march in lockstep. It runs until
-`--seconds` pass, SIGTERM, or its standard input, a pipe, closes (its parent's end), never waits for
-requests in flight at the end, and prints one JSON line: requests completed, failed (and
-why), and completions per second after `--warmup` seconds.
+`max_tokens` drawn uniformly within ±spread of the mean, or, with `--sigma`, prompt and answer
+lengths heavy-tailed (lognormal; prompts of at least a third of their mean); `ignore_eos`
+makes llama-server generate all of them, and closed-loop clients do not march in lockstep.
+It runs until `--seconds` pass, SIGTERM, or its standard input, a pipe, closes (its parent's
+end), never waits for requests in flight at the end, and prints one JSON line: requests
+completed, failed (and why), and completions per second after `--warmup` seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -34,13 +36,27 @@ FAILURE_PAUSE_SECONDS = 0.5
 
 
 def _body(rng: random.Random, args: argparse.Namespace) -> dict[str, object]:
-    spread = args.spread * args.max_tokens
-    tokens = max(1, round(rng.uniform(args.max_tokens - spread, args.max_tokens + spread)))
-    prompt = f"{rng.getrandbits(64):x} " + "hello " * args.prompt_words
+    if args.sigma:
+        tokens = _heavy(rng, args.max_tokens, args.sigma)
+        # At least a third of the mean: a prompt of a few words has a prefill too short to
+        # tell from a decode step's jitter on the tests' engines (README, "Where it fails").
+        words = max(args.prompt_words // 3, _heavy(rng, args.prompt_words, args.sigma))
+    else:
+        spread = args.spread * args.max_tokens
+        tokens = max(1, round(rng.uniform(args.max_tokens - spread, args.max_tokens + spread)))
+        words = args.prompt_words
+    prompt = f"{rng.getrandbits(64):x} " + "hello " * words
     return {
         "model": "m", "stream": True, "max_tokens": tokens, "ignore_eos": True,
         "messages": [{"role": "user", "content": prompt}],
     }  # fmt: skip
+
+
+def _heavy(rng: random.Random, mean: int, sigma: float) -> int:
+    """A lognormal draw of mean `mean` (its median `mean·e^(−σ²/2)`), within 1 and 6× the mean:
+    mostly short, now and then long, as production lengths are."""
+    draw = rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
+    return max(1, min(6 * mean, round(draw)))
 
 
 class Counts:
@@ -149,6 +165,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt-words", type=int, default=30)
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--spread", type=float, default=0.5, help="±fraction of max-tokens")
+    p.add_argument(
+        "--sigma", type=float, default=0.0,
+        help="lognormal prompt and answer lengths of this σ around their means (not --spread)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     args.url = args.url.rstrip("/") + "/chat/completions"
