@@ -62,6 +62,7 @@ class Level:
 class Score:
     level: Level
     pairs: list[tuple[float, float, float, float]] = field(default_factory=list)
+    known: list[bool] = field(default_factory=list)  # per pair: the estimate had a basis
     bases: Counter[str] = field(default_factory=Counter)
     slots: Counter[int] = field(default_factory=Counter)
     completed_per_second: float = 0.0  # the traffic's own completions over the level
@@ -72,6 +73,11 @@ class Score:
     # Seconds from the level's start to the first scrape with a basis other than "none"
     # (scrapes run through the settling time too); None if it never had one.
     known_after: float | None = None
+
+    def known_only(self) -> Score:
+        """This level scored on the samples whose estimate had a basis (a figure was made)."""
+        kept = [p for p, k in zip(self.pairs, self.known, strict=True) if k]
+        return replace(self, pairs=kept, known=[True] * len(kept))
 
     def _mean(self, i: int) -> float:
         return sum(p[i] for p in self.pairs) / len(self.pairs)
@@ -360,6 +366,7 @@ def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any
         for state in ("waiting", "running")
     }
     score.pairs.append((true_waiting, est["waiting"], true_running, est["running"]))
+    score.known.append(_known(samples))
     for (name, labels), v in samples.items():
         if name == "llmprober_queue_estimate_basis" and v == 1:
             score.bases[dict(labels)["basis"]] += 1

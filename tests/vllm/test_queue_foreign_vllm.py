@@ -4,12 +4,16 @@ The engine serves another process (`foreign_load`); the daemon only probes, with
 `metrics_url`; the test reads `vllm:num_requests_waiting` / `vllm:num_requests_running` itself.
 Levels: Poisson at half the capacity, closed loops of 2× and 4× the slots; waiting MAE ≤
 max(1, 25 % of the mean true depth), running MAE ≤ max(1, 25 % of the slots), against the
-truth averaged over the trailing 5 s. With the `slots:` hint: without it the slots learned on
-vLLM were 4 in one run and 8 in another (README, "Queue depth", vLLM), so that run is not
-asserted here yet. Nor is the running figure below saturation (the Poisson level): its MAE
-read 0.44 and 0.50 on a quiet machine, 1.12 in a full suite and 1.07 beside a CPU hog, against
-a bound of 1.00. It is printed, and the README gives these figures; the waiting figure at
-every level and the running figure while a queue lasts are asserted.
+truth averaged over the trailing 5 s. Once with the `slots:` hint; the running figure below
+saturation (the Poisson level) is printed, not asserted: its MAE read 0.44 and 0.50 on a quiet
+machine, 1.12 in a full suite and 1.07 beside a CPU hog, against a bound of 1.00 (README); the
+waiting figure at every level and the running figure while a queue lasts are asserted.
+
+And once without the hint: vLLM's CPU step grows by 1 to 4 ms a sequence against gaps of 30 ms,
+and the slots read from the pairs' jumps were 4 in one run and 8 in another (2026-12-02). Since
+the learner reads them only where resamples of its data agree (`DecodeModel.learned_slots`),
+what it reports must never be worse than saying it does not know: no count but 4 is ever
+exported, and wherever a figure is made it meets the bounds.
 """
 
 from __future__ import annotations
@@ -54,3 +58,22 @@ async def test_probes_alone_track_vllms_queue(vllm: str) -> None:
     assert below.waiting_mae <= max(1.0, 0.25 * below.true_waiting), report
     for score in scores:
         assert score.bases.most_common(1)[0][0] == "probes_hint", report
+
+
+async def test_without_the_hint_the_slots_are_right_or_unknown(vllm: str) -> None:
+    capacity = await measure_capacity(vllm, 2 * SLOTS, 20, *ANSWER)
+    levels = [
+        # Below saturation for the pairs the slots are read from (sixty-four, a probe a
+        # second with a companion each), then a queue for the probes at full batch.
+        Level("poisson0.5", "poisson", rate=0.5 * capacity, settle=120),
+        paced(Level("closed2x", "closed", workers=2 * SLOTS), capacity, SLOTS, 10, 30),
+    ]
+    target = {k: v for k, v in PROBE.items() if k != "slots"}
+    scores = await run_levels(vllm, levels, target, settle=10, seconds=30, load_args=ANSWER)
+    learned = sorted({s for score in scores for s in score.slots})
+    note = f"vLLM --max-num-seqs {SLOTS}, capacity {capacity:.2f}/s, no hint; learned {learned}"
+    report = f"{table(scores, note)}\n{evidence(scores)}"
+    print("\n" + report, flush=True)
+    assert learned in ([], [SLOTS]), report  # unknown, or right
+    scored = [score.known_only() for score in scores[1:] if any(score.known)]
+    assert not check(scored, SLOTS), report  # where a figure is made, it holds
