@@ -61,7 +61,10 @@ async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None
     note = f"simulator, capacity {capacity:.2f}/s, slots hint {hint}, known after {known} s"
     report = f"{table(scores, note)}\n{evidence(scores)}"
     print("\n" + report)
-    assert not check(scores, SLOTS), report
+    # Without the hint, no figure at all until the slots are learned (basis none): a level is
+    # scored on the samples with a figure, and the queued ones must all have one (below).
+    scored = scores if hint else [s.known_only() for s in scores if any(s.known)]
+    assert not check(scored, SLOTS), report
     expected = "probes_hint" if hint else "probes_learned"
     for score in scores[1:]:  # the queued levels: the slots are known, hinted or learned
         assert score.bases.most_common(1)[0][0] == expected, report

@@ -216,6 +216,10 @@ def test_no_figure_without_slots_or_data() -> None:
     assert figure.basis is Basis.NONE
     assert figure.waiting is None
     est.decode = learned_model(full_batch=4)
+    est.decode._full.clear()  # β from the pairs, but no probe at full batch: slots unknown
+    figure = est.estimate(0.05)
+    assert (figure.basis, figure.waiting, figure.running) == (Basis.NONE, None, None)
+    est.decode = learned_model(full_batch=4)
     figure = est.estimate(0.05)
     assert figure.basis is Basis.PROBES_LEARNED
     assert figure.slots == 4
