@@ -361,10 +361,14 @@ class ForeignEstimator:
         slots = self.slots
         waiting = self._waiting(now, wait, slots, recent)
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
-        if waiting is None or slots is None or running is None:
-            # No basis, no figure: a running count from the decode slowdown alone, the slots
-            # unknown, read 5.9 for 2.4 on vLLM, whose step barely grows (2026-12-04).
-            return ForeignEstimate(None, None, wait, slots, Basis.NONE)
+        if slots is None:
+            # No slots, no figure: a running count from the decode slowdown alone read 5.9
+            # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
+            return ForeignEstimate(None, None, wait, None, Basis.NONE)
+        if waiting is None or running is None:
+            # With the slots hinted, running (and saturation below the knee) needs no drain
+            # rate: it is made before any probe has queued.
+            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
         basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
         if waiting > 0:
             # Every slot is busy while a queue lasts; a queue of less than one request was
