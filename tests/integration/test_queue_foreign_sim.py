@@ -62,7 +62,7 @@ async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None
     report = f"{table(scores, note)}\n{evidence(scores)}"
     print("\n" + report)
     # Without the hint, no figure at all until the slots are learned (basis none): a level is
-    # scored on the samples with a figure, and the queued ones must all have one (below).
+    # scored on the samples with a figure, and the queued ones must mostly have one (below).
     scored = scores if hint else [s.known_only() for s in scores if any(s.known)]
     assert not check(scored, SLOTS), report
     expected = "probes_hint" if hint else "probes_learned"

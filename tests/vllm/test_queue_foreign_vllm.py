@@ -13,7 +13,9 @@ And once without the hint: vLLM's CPU step grows by 1 to 4 ms a sequence against
 and the slots read from the pairs' jumps were 4 in one run and 8 in another (2026-12-02). Since
 the learner reads them only where resamples of its data agree (`DecodeModel.learned_slots`),
 what it reports must never be worse than saying it does not know: no count but 4 is ever
-exported, and wherever a figure is made it meets the bounds.
+exported, and wherever a figure is made while a queue lasts it meets the bounds (below
+saturation the running figure is printed, as in the hinted run, and no figure at all is made
+while the slots are unknown).
 """
 
 from __future__ import annotations
