@@ -14,8 +14,9 @@ and this process asks the worker's `/-/healthy` every 20 ms.
 
 Each repeat runs the baseline and then every flood, `--seconds` each after 2 s of settling.
 Printed per flood, medians over repeats: the healthy target's TTFT p50 / p99 (ms, every
-probe and load request; from the prober's own stamps) and p99 minus the baseline's of the
-same repeat; `/-/healthy` p50 / max; the flooding target's requests and how many ended as
+probe and load request; from the prober's own stamps), p99 minus the baseline's of the
+same repeat and p99 as a ratio to it; `/-/healthy` p50 / max and max as a ratio to the
+baseline's of the same repeat; the flooding target's requests and how many ended as
 `protocol_error` (cut at a bound); the worker's CPU share of its core. Goals: p99 within a
 few ms of the baseline, `/-/healthy` under 100 ms.
 """
@@ -235,25 +236,30 @@ def main() -> None:
 
 def report(runs: dict[str, list[dict[str, Any]]], ns: argparse.Namespace) -> None:
     base_p99 = [pct(r["ttft_ms"], 99) for r in runs["baseline"]]
+    base_max = [max(r["ping_ms"]) for r in runs["baseline"]]
     print(
         f"healthy target beside one flooding target, {ns.rate:g} req/s of load each and a"
         f" probe every 0.5 s; {ns.seconds:g} s a run, medians of {ns.repeats}; {ns.loop}"
     )
-    print(f"{'flood':<24} {'TTFT p50':>9} {'p99':>7} {'p99 − base':>11} {'healthy p50':>12}"
-          f" {'max':>7} {'flood req':>10} {'cut':>6} {'worker CPU':>11}")  # fmt: skip
+    print(f"{'flood':<24} {'TTFT p50':>9} {'p99':>7} {'p99 − base':>11} {'p99 ÷ base':>11}"
+          f" {'healthy p50':>12} {'max':>7} {'max ÷ base':>11} {'flood req':>10} {'cut':>6}"
+          f" {'worker CPU':>11}")  # fmt: skip
     for name, results in runs.items():
         p50 = median(pct(r["ttft_ms"], 50) for r in results)
         p99 = median(pct(r["ttft_ms"], 99) for r in results)
         delta = median(pct(r["ttft_ms"], 99) - b for r, b in zip(results, base_p99, strict=True))
+        ratio = median(pct(r["ttft_ms"], 99) / b for r, b in zip(results, base_p99, strict=True))
         ping50 = median(pct(r["ping_ms"], 50) for r in results)
         ping_max = median(max(r["ping_ms"]) for r in results)
+        ping_ratio = median(max(r["ping_ms"]) / b for r, b in zip(results, base_max, strict=True))
         requests = median(r["flood_requests"] for r in results)
         cut = median(r["flood_protocol_errors"] for r in results)
         cpu = median(r["cpu_share"] for r in results)
         failed = sum(r["healthy_failed"] for r in results)
         note = f"  ({failed} healthy failed)" if failed else ""
-        print(f"{name:<24} {fmt(p50):>9} {fmt(p99):>7} {fmt(delta):>11} {fmt(ping50):>12}"
-              f" {fmt(ping_max):>7} {requests:>10.0f} {cut:>6.0f} {cpu:>10.1%}{note}")  # fmt: skip
+        print(f"{name:<24} {fmt(p50):>9} {fmt(p99):>7} {fmt(delta):>11} {fmt(ratio) + '×':>11}"
+              f" {fmt(ping50):>12} {fmt(ping_max):>7} {fmt(ping_ratio) + '×':>11}"
+              f" {requests:>10.0f} {cut:>6.0f} {cpu:>10.1%}{note}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -217,13 +217,14 @@ async def test_error_text_is_one_printable_line_without_the_key(
         assert FORGED_LOG_LINE in result.error
 
 
-@pytest.mark.parametrize("name", ["error_surrogate", "error_controls", "error_key_ansi"])
+@pytest.mark.parametrize("name", LEAKY_ERRORS)
 @pytest.mark.parametrize("fmt", ["text", "json"])
 async def test_probe_command_prints_error_texts_safely(
     hostile: Hostile, name: str, fmt: str
 ) -> None:
-    """`llm-prober probe` once died of a lone surrogate (UnicodeEncodeError, exit 1) and
-    printed control characters raw."""
+    """`llm-prober probe` once died of a lone surrogate (UnicodeEncodeError, exit 1),
+    printed control characters raw, and showed the key split by an escape sequence or a
+    zero-width space in an in-stream error, or base64-encoded in a 401's body."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "prober.cli", "probe", "--url", hostile.url(name), "--model", "m",
         "--api-key-env", "LLMPROBER_TEST_HOSTILE_KEY", "--timeout", "5",
@@ -236,8 +237,10 @@ async def test_probe_command_prints_error_texts_safely(
     assert proc.returncode == 1, err.decode()  # a failed probe
     assert not err, err.decode()  # no traceback
     assert all(line.isprintable() for line in text.splitlines()), text
-    assert "http_5xx" in text
+    assert ALL[name][1] in text  # http_5xx: the in-stream errors; http_4xx: the 401
     assert not leaked_pieces(KEY, text), text
+    if name.startswith(("error_key", "echo_key")):  # the key's text was there, redacted
+        assert "[REDACTED]" in text, text
 
 
 async def test_an_event_of_many_lines_fails_at_its_line_bound(hostile: Hostile) -> None:

@@ -150,7 +150,9 @@ def protocol_errors(port: int) -> float:
     )
 
 
-@pytest.mark.parametrize("signals", [("SIGTERM",), ("SIGINT", "SIGTERM")], ids="-".join)
+@pytest.mark.parametrize(
+    "signals", [("SIGTERM",), ("SIGINT", "SIGTERM"), ("SIGTERM", "SIGTERM")], ids="-".join
+)
 def test_signals_during_a_protocol_flood_make_one_drain(
     tmp_path: Path, signals: tuple[str, ...]
 ) -> None:
