@@ -20,7 +20,8 @@ hence `L ≈ μ·W − 1`. `W` is the mean of the last 5 s of probes (at least t
 the wait a probe still without its first token has already served, whichever is longer, so
 a queue shows before the probe that is stuck in it comes back.
 Running: every slot while a queue exists; otherwise the other sequences the recent probes
-decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too.
+decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
+only where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`).
 The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from at least 40 pairs.
@@ -72,6 +73,15 @@ _CLUSTER_STEPS = 8  # `one_more`: it settles in two or three
 # wrong; guarded 0.3 to 8 %, the rest unknown.
 _SLOTS_RESAMPLES = 64
 _SLOTS_AGREEMENT = 0.8
+# The running figure below saturation reads the batch from how much a probe's gap grew over
+# α; it is made only where one more sequence lengthens the step by at least this share of α.
+# Between probes at one batch size, gaps moved by 15 to 30 % of their length on these shared
+# machines (2026-12-04, `bench/decode_slowdown.py`). One more sequence lengthened the step by
+# 0.3 of α on the simulator the tests run and by 0.8 to 1.0 on llama-server, but by 0.02 to 0.14
+# on vLLM's CPU build. There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the
+# load. So does any engine whose decode step is bound by reading the weights once per step (a
+# GPU at a small batch).
+_MIN_SLOWDOWN = 0.2
 # A probe is admitted at a departure. From a random instant the next departure is, on
 # average, (1 + cv²) / 2 intervals away, cv the variation of the intervals between
 # departures; slots that finish independently of each other merge into a stream close to a
@@ -200,10 +210,17 @@ class DecodeModel:
         )
         return read if agree >= _SLOTS_AGREEMENT * _SLOTS_RESAMPLES else None
 
-    def others(self, gap: float, slots: int | None) -> float | None:
-        """Sequences that decoded beside a probe whose gap was `gap`."""
+    def resolves(self, slots: int | None) -> bool:
+        """Whether one more sequence lengthens the step by enough to tell the batch from the
+        gaps' noise (`_MIN_SLOWDOWN` of α)."""
         alpha, beta = self.alpha, self.beta(slots)
-        if alpha is None or beta is None:
+        return alpha is not None and beta is not None and beta >= _MIN_SLOWDOWN * alpha
+
+    def others(self, gap: float, slots: int | None) -> float | None:
+        """Sequences that decoded beside a probe whose gap was `gap`; None where the slowdown
+        of one more sequence is unknown or too small to tell (`resolves`)."""
+        alpha, beta = self.alpha, self.beta(slots)
+        if alpha is None or beta is None or not self.resolves(slots):
             return None
         others = max(0.0, (gap - alpha) / beta)
         return others if slots is None else min(others, slots - 1.0)
@@ -365,15 +382,18 @@ class ForeignEstimator:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
             # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
             return ForeignEstimate(None, None, wait, None, Basis.NONE)
-        if waiting is None or running is None:
+        if waiting is None:
             # With the slots hinted, running (and saturation below the knee) needs no drain
             # rate: it is made before any probe has queued.
-            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
+            return ForeignEstimate(None, running, wait, slots, Basis.NONE)
         basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
-        if waiting > 0:
-            # Every slot is busy while a queue lasts; a queue of less than one request was
-            # there for part of the window only, so it counts in proportion.
-            running += (slots - running) * min(1.0, waiting)
+        # Every slot is busy while a queue lasts; a queue of less than one request was there
+        # for part of the window only, so it counts in proportion. Where the decode slowdown
+        # cannot tell the batch, running is known only while a whole request waits.
+        if waiting >= 1:
+            running = float(slots)
+        elif waiting > 0 and running is not None:
+            running += (slots - running) * waiting
         return ForeignEstimate(waiting + own_waiting, running, wait, slots, basis)
 
     def _recent(

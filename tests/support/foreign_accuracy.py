@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -86,6 +87,16 @@ class Score:
         return sum(abs(p[i] - p[j]) for p in self.pairs) / len(self.pairs)
 
     @property
+    def _with_running(self) -> list[tuple[float, float, float, float]]:
+        return [p for p in self.pairs if not math.isnan(p[3])]
+
+    @property
+    def running_share(self) -> float:
+        """The share of samples with a running figure (none is made where the decode
+        slowdown cannot tell the batch, below saturation)."""
+        return len(self._with_running) / len(self.pairs) if self.pairs else 0.0
+
+    @property
     def true_waiting(self) -> float:
         return self._mean(0)
 
@@ -99,15 +110,23 @@ class Score:
 
     @property
     def running_mae(self) -> float:
-        return self._mae(2, 3)
+        """Over the samples with a running figure; 0 where none had one."""
+        kept = self._with_running
+        return sum(abs(p[2] - p[3]) for p in kept) / len(kept) if kept else 0.0
+
+    @property
+    def estimated_running(self) -> float:
+        kept = self._with_running
+        return sum(p[3] for p in kept) / len(kept) if kept else math.nan
 
     def row(self) -> str:
         basis = ",".join(f"{b}:{n}" for b, n in self.bases.most_common())
         slots = ",".join(f"{s}:{n}" for s, n in self.slots.most_common())
         return (
             f"{self.level.name:>10} {self.true_waiting:8.2f} {self._mean(1):8.2f} "
-            f"{self.waiting_mae:6.2f} {self.true_running:8.2f} {self._mean(3):8.2f} "
-            f"{self.running_mae:6.2f} {len(self.pairs):4d} {self.completed_per_second:6.2f} "
+            f"{self.waiting_mae:6.2f} {self.true_running:8.2f} {self.estimated_running:8.2f} "
+            f"{self.running_mae:6.2f} {self.running_share:4.0%} {len(self.pairs):4d} "
+            f"{self.completed_per_second:6.2f} "
             f"{self.failed:4d} {self.lag:5.1f}  {basis}  slots {slots}"
             + (f"  failures {self.reasons}" if self.reasons else "")
         )
@@ -116,7 +135,8 @@ class Score:
 def table(scores: list[Score], note: str = "") -> str:
     head = (
         f"{'level':>10} {'wait tru':>8} {'wait est':>8} {'MAE':>6} {'run tru':>8} "
-        f"{'run est':>8} {'MAE':>6} {'n':>4} {'done/s':>6} {'fail':>4} {'lag':>5}  basis"
+        f"{'run est':>8} {'MAE':>6} {'had':>4} {'n':>4} {'done/s':>6} {'fail':>4} {'lag':>5}"
+        "  basis"
     )
     return "\n".join([note, head, *(s.row() for s in scores)])
 
@@ -357,6 +377,15 @@ def _known(samples: Any) -> bool:
     )
 
 
+def _exported(samples: Any, **labels: str) -> bool:
+    """Whether the daemon exported an estimated queue depth with these labels."""
+    return any(
+        name == "llmprober_queue_depth" and ("source", "estimate") in sample_labels
+        and all((k, v) in sample_labels for k, v in labels.items())
+        for name, sample_labels in samples
+    )  # fmt: skip
+
+
 def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any) -> None:
     n = len(truth)
     true_waiting = sum(t[1] for t in truth) / n
@@ -365,6 +394,8 @@ def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any
         state: value(samples, "llmprober_queue_depth", source="estimate", state=state)
         for state in ("waiting", "running")
     }
+    if not _exported(samples, state="running"):
+        est["running"] = math.nan  # no figure made: scored apart (`running_share`)
     score.pairs.append((true_waiting, est["waiting"], true_running, est["running"]))
     score.known.append(_known(samples))
     for (name, labels), v in samples.items():

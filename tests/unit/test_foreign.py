@@ -179,6 +179,35 @@ def test_below_saturation_running_comes_from_the_decode_slowdown() -> None:
     assert figure.running == pytest.approx(2.0)
 
 
+def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> None:
+    """vLLM's CPU build: one more sequence lengthened a 46 ms step by 1 to 6 ms, less than the
+    gaps moved between probes at one batch size. Below a fifth of α, the gaps cannot tell the
+    batch: no running figure below saturation, every slot while a whole request waits."""
+    clock = Clock()
+    est = _estimator(clock)
+    slight = DecodeModel()  # β = 0.19 α: just too little
+    slight.observe(ALPHA, full_batch=False)
+    for _ in range(_MIN_PAIRS):
+        slight.observe_pair(ALPHA, ALPHA * 1.19)
+    assert not slight.resolves(None)
+    assert slight.others(ALPHA * 1.5, None) is None
+    est.decode = slight
+    for batch in (2, 3, 4):
+        est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, ALPHA * (1 + 0.19 * batch), False))
+    figure = est.estimate(0.05)
+    assert (figure.basis, figure.waiting, figure.running) == (Basis.PROBES_HINT, 0.0, None)
+    clock.now += 6.0  # then a queue: the last two probes waited 1 s on average, μ = 5/s
+    est.observe(_queued(clock, wait=2.0))
+    figure = est.estimate(0.05)
+    assert (figure.waiting, figure.running) == (pytest.approx(4.0), 4.0)
+    enough = DecodeModel()  # β = 0.21 α: read
+    enough.observe(ALPHA, full_batch=False)
+    for _ in range(_MIN_PAIRS):
+        enough.observe_pair(ALPHA, ALPHA * 1.21)
+    assert enough.resolves(None)
+    assert enough.others(ALPHA * 1.42, None) == pytest.approx(2.0)
+
+
 def test_the_wait_is_the_mean_of_the_last_two_probes_at_least() -> None:
     """Probes a job apart (a wait and a decode each): the older of two leaving the 5 s
     window does not make the newer one the whole figure."""

@@ -4,18 +4,18 @@ The engine serves another process (`foreign_load`); the daemon only probes, with
 `metrics_url`; the test reads `vllm:num_requests_waiting` / `vllm:num_requests_running` itself.
 Levels: Poisson at half the capacity, closed loops of 2× and 4× the slots; waiting MAE ≤
 max(1, 25 % of the mean true depth), running MAE ≤ max(1, 25 % of the slots), against the
-truth averaged over the trailing 5 s. Once with the `slots:` hint; the running figure below
-saturation (the Poisson level) is printed, not asserted: its MAE read 0.44 and 0.50 on a quiet
-machine, 1.12 in a full suite and 1.07 beside a CPU hog, against a bound of 1.00 (README); the
-waiting figure at every level and the running figure while a queue lasts are asserted.
+truth averaged over the trailing 5 s, at every level. Below saturation the running figure is
+read from the decode slowdown, and vLLM's CPU step grows by 0.02 to 0.14 of itself a sequence
+(`bench/decode_slowdown.py`): less than the gaps move between probes, so the estimate makes
+no running figure there (`_MIN_SLOWDOWN`; before, it read 3.0 for 1.6 and 3.5 for 2.8).
+Where it makes one, the bound holds; while a queue lasts it must make one (every slot).
 
-And once without the hint: vLLM's CPU step grows by 1 to 4 ms a sequence against gaps of 30 ms,
-and the slots read from the pairs' jumps were 4 in one run and 8 in another (2026-12-02). Since
-the learner reads them only where resamples of its data agree (`DecodeModel.learned_slots`),
-what it reports must never be worse than saying it does not know: no count but 4 is ever
-exported, and wherever a figure is made while a queue lasts it meets the bounds (below
-saturation the running figure is printed, as in the hinted run, and no figure at all is made
-while the slots are unknown).
+And once without the hint: vLLM's CPU step grows by 1 to 6 ms a sequence against gaps of 30 to
+60 ms, and the slots read from the pairs' jumps were 4 in one run and 8 in another (2026-12-02).
+Since the learner reads them only where resamples of its data agree
+(`DecodeModel.learned_slots`), what it reports must never be worse than saying it does not
+know: no count but 4 is ever exported, and wherever a figure is made while a queue lasts it
+meets the bounds (no figure at all is made while the slots are unknown).
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ async def test_probes_alone_track_vllms_queue(vllm: str) -> None:
     note = f"vLLM --max-num-seqs {SLOTS}, capacity {capacity:.2f}/s, slots hint {SLOTS}; {paces}"
     report = f"{table(scores, note)}\n{evidence(scores)}"
     print("\n" + report, flush=True)
-    assert not check(scores[1:], SLOTS), report  # the queued levels: waiting and running
-    below = scores[0]  # below saturation: the waiting figure (running: see the docstring)
-    assert below.waiting_mae <= max(1.0, 0.25 * below.true_waiting), report
+    assert not check(scores, SLOTS), report  # running: where a figure is made
+    for score in scores[1:]:  # a queue: every slot busy, a figure made
+        assert score.running_share >= 0.8, report
     for score in scores:
         assert score.bases.most_common(1)[0][0] == "probes_hint", report
 
