@@ -10,6 +10,8 @@
 # Idempotent: a second run finds both and returns at once. On its last lines it prints
 # VLLM_PYTHON= and VLLM_MODEL=, or, where vLLM cannot run here, one line
 # `VLLM_UNAVAILABLE=<reason>` (exit 0: the vLLM tests are then skipped with that reason).
+# `--venv-only`: the venv alone (it needs nothing from setup-engine.sh, so scripts/test runs it
+# while llama-server builds), then VLLM_PYTHON= or VLLM_UNAVAILABLE=.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +37,10 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete-$VLLM_VERSION" ]; then
     "accelerate==$ACCELERATE_VERSION" "gguf==$GGUF_VERSION" "transformers==$TRANSFORMERS_VERSION"
   "$venv/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
   touch "$venv/.complete-$VLLM_VERSION"
+fi
+if [ "${1:-}" = "--venv-only" ]; then
+  echo "VLLM_PYTHON=$venv/bin/python"
+  exit 0
 fi
 
 if [ ! -f "$model/.complete" ]; then
