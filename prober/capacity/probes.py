@@ -75,12 +75,12 @@ _SLOTS_RESAMPLES = 64
 _SLOTS_AGREEMENT = 0.8
 # The running figure below saturation reads the batch from how much a probe's gap grew over
 # α; it is made only where one more sequence lengthens the step by at least this share of α.
-# Between probes at one batch size, gaps moved by 15 to 30 % of their length on these shared
-# machines (2026-12-04, `bench/decode_slowdown.py`). One more sequence lengthened the step by
-# 0.3 of α on the simulator the tests run and by 0.8 to 1.0 on llama-server, but by 0.02 to 0.14
-# on vLLM's CPU build. There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the
-# load. So does any engine whose decode step is bound by reading the weights once per step (a
-# GPU at a small batch).
+# Between probes at one batch size, gaps moved by 13 to 28 % of their length on a 2-core
+# machine (2026-12-04, `bench/decode_slowdown.py`). One more sequence lengthened the step by
+# 0.30 of α on the simulator the tests run (pairs' median jump over the least gap) and 1.12 on
+# llama-server, but by −0.05 on vLLM's CPU build (0.04 by least squares against its own count).
+# There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the load. A GPU far from its
+# compute limit reads its weights once a step whatever the batch, and grows its step as little.
 _MIN_SLOWDOWN = 0.2
 # A probe is admitted at a departure. From a random instant the next departure is, on
 # average, (1 + cv²) / 2 intervals away, cv the variation of the intervals between

@@ -5,7 +5,7 @@ The engine serves another process (`foreign_load`); the daemon only probes, with
 Levels: Poisson at half the capacity, closed loops of 2× and 4× the slots; waiting MAE ≤
 max(1, 25 % of the mean true depth), running MAE ≤ max(1, 25 % of the slots), against the
 truth averaged over the trailing 5 s, at every level. Below saturation the running figure is
-read from the decode slowdown, and vLLM's CPU step grows by 0.02 to 0.14 of itself a sequence
+read from the decode slowdown, and vLLM's CPU step grows by a few percent of itself a sequence
 (`bench/decode_slowdown.py`): less than the gaps move between probes, so the estimate makes
 no running figure there (`_MIN_SLOWDOWN`; before, it read 3.0 for 1.6 and 3.5 for 2.8).
 Where it makes one, the bound holds; while a queue lasts it must make one (every slot).
