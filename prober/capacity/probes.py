@@ -382,10 +382,15 @@ class ForeignEstimator:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
             # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
             return ForeignEstimate(None, None, wait, None, Basis.NONE)
-        if waiting is None:
+        # A running figure missing for want of data (fewer than eight pairs, no recent decode)
+        # leaves the estimate without a basis; one that the pairs say the decode slowdown
+        # cannot give (a jump under a fifth of α, or none: `DecodeModel.resolves`) does not.
+        pairs_read = not self.decode.learning(slots_known=True)
+        unseeable = pairs_read and not self.decode.resolves(None)
+        if waiting is None or (running is None and not unseeable):
             # With the slots hinted, running (and saturation below the knee) needs no drain
             # rate: it is made before any probe has queued.
-            return ForeignEstimate(None, running, wait, slots, Basis.NONE)
+            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
         basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
         # Every slot is busy while a queue lasts; a queue of less than one request was there
         # for part of the window only, so it counts in proportion. Where the decode slowdown

@@ -200,6 +200,20 @@ def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> No
     est.observe(_queued(clock, wait=2.0))
     figure = est.estimate(0.05)
     assert (figure.waiting, figure.running) == (pytest.approx(4.0), 4.0)
+    flat = DecodeModel()  # the pairs' median jump at or below 0: no slowdown at all
+    flat.observe(ALPHA, full_batch=False)
+    for _ in range(_MIN_PAIRS):
+        flat.observe_pair(ALPHA, ALPHA * 0.99)
+    est.decode = flat
+    clock.now += 30.0
+    for _ in range(2):
+        est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, ALPHA, False))
+    figure = est.estimate(0.05)
+    assert (figure.basis, figure.waiting, figure.running) == (Basis.PROBES_HINT, 0.0, None)
+    learning = DecodeModel()  # fewer than eight pairs: still learning, no basis yet
+    learning.observe(ALPHA, full_batch=False)
+    est.decode = learning
+    assert est.estimate(0.05).basis is Basis.NONE
     enough = DecodeModel()  # β = 0.21 α: read
     enough.observe(ALPHA, full_batch=False)
     for _ in range(_MIN_PAIRS):
