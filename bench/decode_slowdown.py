@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import bisect
 import contextlib
-import itertools
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from prober.capacity import own  # noqa: E402
+from prober.capacity.probes import median_gap  # noqa: E402
 from prober.result import RequestResult  # noqa: E402
 from tests.support import foreign_accuracy as fa  # noqa: E402
 
@@ -56,12 +56,7 @@ class Stretch:
     stamps: tuple[int, ...]
 
     def gap(self) -> float | None:
-        s = self.stamps
-        return (
-            statistics.median((b - a) / 1e9 for a, b in itertools.pairwise(s))
-            if len(s) > 2
-            else None
-        )
+        return median_gap(self.stamps, 1.0)
 
 
 @dataclass
@@ -82,14 +77,15 @@ def recording(record: Record) -> Iterator[None]:
         return observe(self, result, probe=probe)
 
     def pair(self: Any, primary: RequestResult, companion: RequestResult) -> Any:
-        stamps, joined = primary.token_event_ns, companion.t_first_token_ns
-        if joined is not None:
-            before = tuple(t for t in stamps if t <= companion.t_send_ns)
-            after = tuple(t for t in stamps if t >= joined)
-            record.stretches += [Stretch(before), Stretch(after)]
-            near = Stretch(before[-5:]).gap(), Stretch(after[:5]).gap()
-            if near[0] is not None and near[1] is not None:
-                record.jumps.append(near[1] - near[0])
+        # The daemon's own split and the gaps its jumps are read from (`observe_pair`).
+        before, after = own._split_at_companion(primary, companion)
+        record.stretches += [Stretch(tuple(before)), Stretch(tuple(after))]
+        near = (
+            median_gap(before[-own._PAIR_GAPS - 1 :], 1.0),
+            median_gap(after[: own._PAIR_GAPS + 1], 1.0),
+        )
+        if near[0] is not None and near[1] is not None:
+            record.jumps.append(near[1] - near[0])
         return observe_pair(self, primary, companion)
 
     own.QueueEstimator.observe, own.QueueEstimator.observe_pair = lone, pair  # type: ignore[method-assign]

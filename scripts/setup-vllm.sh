@@ -14,6 +14,10 @@
 # while llama-server builds), then VLLM_PYTHON= or VLLM_UNAVAILABLE=.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  ""|--venv-only) ;;
+  *) echo "setup-vllm.sh: unknown argument '$1' (the only one is --venv-only)" >&2; exit 2 ;;
+esac
 
 CACHE="${LLMPROBER_CACHE:-$HOME/.cache/llm-prober}"
 PYTHON311="${VLLM_PYTHON311:-python3.11}"

@@ -80,7 +80,7 @@ _SLOTS_AGREEMENT = 0.8
 # 0.30 of α on the simulator the tests run (pairs' median jump over the least gap) and 1.12 on
 # llama-server, but by −0.05 on vLLM's CPU build (0.04 by least squares against its own count).
 # There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the load. A GPU far from its
-# compute limit reads its weights once a step whatever the batch, and grows its step as little.
+# compute limit reads its weights once a step whatever the batch: expected as flat (unmeasured).
 _MIN_SLOWDOWN = 0.2
 # A probe is admitted at a departure. From a random instant the next departure is, on
 # average, (1 + cv²) / 2 intervals away, cv the variation of the intervals between
@@ -213,17 +213,21 @@ class DecodeModel:
     def resolves(self, slots: int | None) -> bool:
         """Whether one more sequence lengthens the step by enough to tell the batch from the
         gaps' noise (`_MIN_SLOWDOWN` of α)."""
-        alpha, beta = self.alpha, self.beta(slots)
-        return alpha is not None and beta is not None and beta >= _MIN_SLOWDOWN * alpha
+        return _resolved(self.alpha, self.beta(slots))
 
     def others(self, gap: float, slots: int | None) -> float | None:
         """Sequences that decoded beside a probe whose gap was `gap`; None where the slowdown
         of one more sequence is unknown or too small to tell (`resolves`)."""
         alpha, beta = self.alpha, self.beta(slots)
-        if alpha is None or beta is None or not self.resolves(slots):
+        if alpha is None or beta is None or not _resolved(alpha, beta):
             return None
         others = max(0.0, (gap - alpha) / beta)
         return others if slots is None else min(others, slots - 1.0)
+
+
+def _resolved(alpha: float | None, beta: float | None) -> bool:
+    """β at least `_MIN_SLOWDOWN` of α, both known."""
+    return alpha is not None and beta is not None and beta >= _MIN_SLOWDOWN * alpha
 
 
 def slots_from(jumps: Sequence[float], full: Sequence[float], alpha: float) -> int | None:
