@@ -175,8 +175,8 @@ class StateLane(RawLane):
     cost no less than this."""
 
     def __init__(self, port: int, tokens: int) -> None:
-        from prober.sse import SSEParser
-        from prober.stream import StreamState, max_events
+        from prober.request.sse import SSEParser
+        from prober.request.stream import StreamState, max_events
 
         super().__init__(port, tokens)
         self._parser = SSEParser

@@ -23,11 +23,11 @@ from pydantic import ValidationError
 from prober import __version__
 from prober.logs import get_logger, setup_logging
 from prober.request import Api
+from prober.request.wire import client_session
 from prober.settings import ConfigError, FieldError, ServerConfig, TargetConfig, load_settings
 from prober.summary import result_summary
 from prober.targets import Target
 from prober.validation import bound, describe, field_path, wrong
-from prober.wire import client_session
 
 EXIT_USAGE = 2
 

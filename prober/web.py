@@ -40,13 +40,13 @@ from prober.capacity.target import CapacityCollector, TargetCapacity
 from prober.load import LoadDriver
 from prober.metrics import Metrics
 from prober.record import Mode, Recorder, cancelled
+from prober.request.wire import client_session, report_stamping
 from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
 from prober.scrapes import metrics_handler
 from prober.settings import Settings
 from prober.targets import Target
 from prober.webconfig import WebConfig
-from prober.wire import client_session, report_stamping
 
 SETTINGS = web.AppKey("settings", Settings)
 TARGETS = web.AppKey("targets", dict[str, Target])

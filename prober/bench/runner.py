@@ -42,9 +42,9 @@ from prober.loadconfig import LoadConfig
 from prober.metrics import Metrics
 from prober.prompts import PromptBuilder
 from prober.record import Recorder
+from prober.request.wire import client_session
 from prober.result import RequestResult
 from prober.targets import Target
-from prober.wire import client_session
 
 OnResult = Callable[[RequestResult], None]
 # A level's lifecycle as the progress display sees it: (level, phase, expected requests).

@@ -26,9 +26,9 @@ from prober.logs import register_secret
 from prober.metrics import Labels, Metrics
 from prober.prompts import MIN_TOKENS_PER_WORD
 from prober.request import Api, RequestSpec, Timeouts, stream_request
+from prober.request.stream import max_events
 from prober.result import Outcome, RequestResult
 from prober.settings import TargetConfig
-from prober.stream import max_events
 from prober.summary import result_summary
 from prober.targets import Target
 from prober.timings import Slo

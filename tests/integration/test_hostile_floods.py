@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from prober.body import stream_bounds
-from prober.exchange import HEAD_BYTES, INTERIM_RESPONSES
 from prober.request import Api, RequestSpec, Timeouts, stream_request
+from prober.request.body import stream_bounds
+from prober.request.exchange import HEAD_BYTES, INTERIM_RESPONSES
+from prober.request.sse import DEFAULT_MAX_LINE_BYTES
+from prober.request.stream import max_events
+from prober.request.wire import client_session
 from prober.result import Outcome, RequestResult
-from prober.sse import DEFAULT_MAX_LINE_BYTES
-from prober.stream import max_events
-from prober.wire import client_session
 from tests.support.floods import ANSWERS, FLOODS, Flooded, flood_server
 
 MAX_TOKENS = 4

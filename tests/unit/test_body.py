@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from prober.request import Api, RequestSpec, Timeouts, stream_request
+from prober.request.wire import request_session
 from prober.result import Outcome
-from prober.wire import request_session
 
 LINE_LIMIT = 64 * 1024
 CHUNK_BYTES = 700 * 1024  # each far above aiohttp's 128 KiB high-water mark

@@ -20,10 +20,10 @@ from prometheus_client import CollectorRegistry
 
 from prober.metrics import Labels, Metrics
 from prober.prompts import MAX_TOKENS_PER_WORD, MIN_TOKENS_PER_WORD, PromptBuilder
-from prober.request import MAX_RETRY_AFTER_SECONDS, parse_retry_after
+from prober.request.send import MAX_RETRY_AFTER_SECONDS, parse_retry_after
+from prober.request.sse import LineSplitter, SSEParser, StreamError
+from prober.request.stream import MAX_SERVER_SECONDS, StreamState, max_events
 from prober.result import MAX_COUNT, Outcome, RequestResult, TokenSource
-from prober.sse import LineSplitter, SSEParser, StreamError
-from prober.stream import MAX_SERVER_SECONDS, StreamState, max_events
 from prober.timings import Slo
 from tests.support.sse import sse
 

@@ -17,11 +17,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from prober.exchange import ResponseTooLarge
-from prober.request import FAULTS, Attempt, Next, Phase, Timeouts, classify, status_outcome
+from prober.request import Timeouts
+from prober.request.exchange import ResponseTooLarge
+from prober.request.send import FAULTS, Attempt, Next, Phase, classify, status_outcome
+from prober.request.sse import StreamError
+from prober.request.stream import InStreamError
 from prober.result import Outcome
-from prober.sse import StreamError
-from prober.stream import InStreamError
 
 TIMEOUTS = Timeouts(connect_seconds=2.0, first_token_seconds=10.0, idle_seconds=3.0,
                     total_seconds=60.0)  # fmt: skip

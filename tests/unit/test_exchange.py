@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from prober.exchange import (
+from prober.request.exchange import (
     DEFAULT_BOUNDS,
     HEAD_BYTES,
     HEAD_SLICE_BYTES,

@@ -14,16 +14,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "prober"
 
-# Low to high. A module of prober/ is named by its file (`wire`), a subpackage by its folder
+# Low to high. A module of prober/ is named by its file (`timings`), a subpackage by its folder
 # (`bench`: its modules import each other freely); `prober` is the package's own __init__.
 LAYERS: list[tuple[str, set[str]]] = [
     ("vocabulary", {"prober", "kinds", "result", "logs", "metric_specs"}),
     (
         "leaf helpers",
-        {"timings", "sse", "wire", "arrivals", "prompts", "runtime", "webconfig", "validation"}
-        | {"exchange", "workload"},
+        {"timings", "arrivals", "prompts", "runtime", "webconfig", "validation", "workload"},
     ),
-    ("one request, one signal", {"stream", "body", "request", "summary", "metrics"}),
+    ("one request, one signal", {"request", "summary", "metrics"}),
     ("exposition", {"exposition", "scrapes"}),
     ("configuration", {"section", "loadconfig", "settings", "targets"}),
     ("capacity", {"capacity"}),
@@ -130,15 +129,20 @@ def test_the_check_sees_lazy_and_relative_imports() -> None:
     """The walk finds function-level imports (the CLI's) and resolves package imports."""
     assert "prober.web" in GRAPH["prober.cli"]  # imported inside run_daemon
     assert "prober.timings" in GRAPH["prober.summary"]  # `from prober import timings`
-    assert "prober" in GRAPH["prober.wire"]  # `from prober import __version__`
+    assert "prober" in GRAPH["prober.request.wire"]  # `from prober import __version__`
     assert resolve("prober.bench.cli") == "prober.bench.cli"
 
 
 # Who writes the daemon's series (docs/design.md §1): `metrics` declares them and records a
 # result; `record` is the one writer of every per-target series; `capacity/target` writes the
-# capacity's own (queue wait, scrape errors) as it observes; `wire` sets the process-wide
-# stamping gauge once. A series written anywhere else is a second writer.
-WRITERS = {"prober/metrics.py", "prober/record.py", "prober/capacity/target.py", "prober/wire.py"}
+# capacity's own (queue wait, scrape errors) as it observes; `request/wire` sets the
+# process-wide stamping gauge once. A series written anywhere else is a second writer.
+WRITERS = {
+    "prober/metrics.py",
+    "prober/record.py",
+    "prober/capacity/target.py",
+    "prober/request/wire.py",
+}
 WRITES = (".labels(", ".describe_target(", ".record_probe(", ".expect(", "metrics.record(")
 
 

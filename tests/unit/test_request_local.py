@@ -18,16 +18,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from prober.request import (
-    DEFAULT_TIMEOUTS,
-    Api,
-    RequestSpec,
-    Timeouts,
-    parse_retry_after,
-    stream_request,
-)
+from prober.request import DEFAULT_TIMEOUTS, Api, RequestSpec, Timeouts, stream_request
+from prober.request.send import parse_retry_after
+from prober.request.stream import StreamState
 from prober.result import Outcome, RequestResult, TokenSource
-from prober.stream import StreamState
 from tests.support.net import closed_port
 from tests.support.servers import FAST, serve
 from tests.support.sse import chunk, sse, start_stream, streaming

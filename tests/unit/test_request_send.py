@@ -19,8 +19,8 @@ from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
 from prober.request import Api, RequestSpec, stream_request
+from prober.request.wire import request_session
 from prober.result import Outcome
-from prober.wire import request_session
 from tests.support.net import closed_port
 from tests.support.servers import FAST, serve
 from tests.support.sse import chunk, sse, start_stream, streaming

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prober.sse import (
+from prober.request.sse import (
     DEFAULT_MAX_LINE_BYTES,
     MAX_EVENT_LINES,
     LineSplitter,

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from prober import wire
 from prober.logs import setup_logging
+from prober.request import wire
 
 INFO = "llmprober_stamping_info"
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from prober.request.sse import LineSplitter, SSEParser
+from prober.request.stream import InStreamError, StreamState
 from prober.result import Outcome, RequestResult, TokenSource
-from prober.sse import LineSplitter, SSEParser
-from prober.stream import InStreamError, StreamState
 
 OLLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "ollama"
 T_SCHED, T_SEND, T_END = 0, 10, 1_000_000

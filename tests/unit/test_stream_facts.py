@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from prober import timings
 from prober.metrics import Labels, Metrics
+from prober.request.sse import LineSplitter, SSEParser
+from prober.request.stream import StreamState, finish_reason
 from prober.result import FinishReason, Outcome, RequestResult, TokenSource
-from prober.sse import LineSplitter, SSEParser
-from prober.stream import StreamState, finish_reason
 from prober.timings import Slo
 from tests.support.sse import chunk, sse
 

@@ -16,11 +16,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from prober import wire
-from prober.request import Api, RequestSpec, stream_request
+from prober.request import Api, RequestSpec, stream_request, wire
+from prober.request.wire import ArrivalStampingHandler, request_session
 from prober.result import RequestResult
 from prober.runtime import EventLoopChoice, new_event_loop
-from prober.wire import ArrivalStampingHandler, request_session
 from tests.support.servers import FAST, serve
 from tests.support.sse import chunk, sse, start_stream
 

@@ -27,8 +27,8 @@ import aiohttp
 import pytest
 
 from prober.request import Api, RequestSpec, stream_request
+from prober.request.wire import client_session
 from prober.result import Outcome, RequestResult
-from prober.wire import client_session
 from tests.support.vllm import MODEL_NAME, engine_samples, log_tail, total
 
 pytestmark = pytest.mark.vllm

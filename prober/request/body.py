@@ -20,10 +20,10 @@ import time
 
 import aiohttp
 
-from prober.exchange import ExchangeBounds
-from prober.sse import LineSplitter, SSEParser, StreamError
-from prober.stream import StreamState
-from prober.wire import ArrivalStampingHandler, arrival_clock
+from prober.request.exchange import ExchangeBounds
+from prober.request.sse import LineSplitter, SSEParser, StreamError
+from prober.request.stream import StreamState
+from prober.request.wire import ArrivalStampingHandler, arrival_clock
 
 # After the end of a stream, how long and how much of what follows is read so the connection
 # can go back to the pool (the chunked terminator usually follows within microseconds). A

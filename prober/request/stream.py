@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from prober.logs import redact
+from prober.request.sse import LineSplitter, SSEParser, StreamError
 from prober.result import (
     MAX_COUNT,
     NO_CONNECTION,
@@ -26,7 +27,6 @@ from prober.result import (
     RequestResult,
     TokenSource,
 )
-from prober.sse import LineSplitter, SSEParser, StreamError
 
 
 def _pick_loads() -> Callable[[str | bytes], Any]:

@@ -45,9 +45,9 @@ from aiohttp.client_proto import ResponseHandler
 from prometheus_client import CollectorRegistry
 
 from prober import __version__
-from prober.exchange import SLICE_BYTES, ExchangeMeter, ResponseTooLarge, exchange_meter
 from prober.logs import get_logger
 from prober.metric_specs import STAMPING_INFO, gauge
+from prober.request.exchange import SLICE_BYTES, ExchangeMeter, ResponseTooLarge, exchange_meter
 
 Stamping = Literal["protocol", "fallback"]
 _SLICE_NS = 50_000  # parsing between two polls of the loop's sockets (`ReadPump`)

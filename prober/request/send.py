@@ -29,14 +29,14 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
-from prober.body import BodyReader, stream_bounds
-from prober.exchange import ExchangeMeter, ResponseTooLarge, bounded
-from prober.kinds import Api as Api  # re-exported: callers import it from here
+from prober.kinds import Api
 from prober.logs import printable_line, safe_line
+from prober.request.body import BodyReader, stream_bounds
+from prober.request.exchange import ExchangeMeter, ResponseTooLarge, bounded
+from prober.request.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
+from prober.request.stream import InStreamError, StreamState, max_events, max_lines
+from prober.request.wire import SendStamp, arrival_clock, request_session
 from prober.result import ConnectionFacts, Outcome, RequestResult
-from prober.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
-from prober.stream import InStreamError, StreamState, max_events, max_lines
-from prober.wire import SendStamp, arrival_clock, request_session
 
 _ERROR_BODY_BYTES = 2048
 _ERROR_BODY_SECONDS = 1.0  # an error body that trickles is cut here, not at the deadline
