@@ -26,7 +26,7 @@ from prober.kinds import LogFormat
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 REDACTED = "[REDACTED]"
-# Errors are cut to a length (request.py), so one may end in the first part of a key; a tail
+# Errors are cut to a length (request/send.py), so one may end in the first part of a key; a tail
 # this long is redacted too. Shorter tails would hide ordinary text such as "sk-".
 _MIN_TAIL = 8
 _MIN_SECRET = 4

@@ -263,7 +263,7 @@ SERVER_KV_CACHE_USAGE = _target(
     "KV-cache usage reported by the server (0..1).",
 )  # fmt: skip
 
-# --- the daemon's own paths: which one is live (wire.py, exposition.py) -------------------
+# --- the daemon's own paths: which one is live (request/wire.py, exposition.py) -----------
 STAMPING_INFO = MetricSpec(
     "llmprober_stamping_info", Kind.GAUGE,
     "How token arrivals are stamped: protocol (when the loop received the bytes) or"

@@ -51,7 +51,7 @@ class FinishReason(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ConnectionFacts:
     """What the attempt's connection adds to a result (`RequestResult`'s fields of the same
-    names): the request path (`request.py`) builds it, the stream's `result` takes it."""
+    names): the request path (`request/send.py`) builds it, the stream's `result` takes it."""
 
     t_begin_ns: int | None = None
     t_resolved_ns: int | None = None
@@ -75,7 +75,7 @@ class RequestResult:
     t_end_ns: int
     # The prober's own id, sent as X-Request-Id: what logs and exemplars show.
     request_id: str = ""
-    # The server's id for the response when it looks like one (`stream.safe_id`), for
+    # The server's id for the response when it looks like one (`request.stream.safe_id`), for
     # correlating with the server's own records; never exported or logged.
     response_id: str = ""
     error: str = ""
@@ -109,7 +109,7 @@ class RequestResult:
     t_connected_ns: int | None = None  # connection ready: fresh after set-up, reused at once
     reused: bool | None = None  # pooled connection reused; None when none was obtained
     # Bytes the server sent for the exchange (head, chunk framing, body), as the connection
-    # counted them against its bounds (prober/exchange.py); None where none was counted.
+    # counted them against its bounds (prober/request/exchange.py); None where none was counted.
     response_bytes: int | None = None
     # Completion text, kept only when debug logging of completions is on.
     text: str = field(default="", repr=False)

@@ -13,7 +13,7 @@ start in `cleanup_ctx` and stop in reverse order.
 Each target has a client session of its own, and with it a connection pool of its own
 (`SESSIONS`): a connection opened for one target never carries another's request, even to
 the same host and port (a forged answer left in a pooled connection could otherwise be
-read by another target's request; `wire.py` closes such a connection too). Probes, load,
+read by another target's request; `request/wire.py` closes such a connection too). Probes, load,
 `/probe` and the engine `/metrics` scrape of a target all use its session.
 
 Shutdown has one deadline, `server.grace_seconds` from the moment it begins (`on_shutdown`):

@@ -19,9 +19,9 @@ as aiohttp parses it, against four bounds:
 The head is parsed `HEAD_SLICE_BYTES` at a time and the rest `SLICE_BYTES` at a time, each
 slice checked before the next is parsed, so past a bound the exchange ends within one slice
 (a few hundred microseconds of parsing), whatever the size of the read that carried it.
-The end is `ResponseTooLarge`, a `protocol_error` in `request.py`.
+The end is `ResponseTooLarge`, a `protocol_error` in `send.py`.
 
-The bounds are a request's: `request.py` opens a meter with them (`bounded`) around the
+The bounds are a request's: `send.py` opens a meter with them (`bounded`) around the
 call that sends it, and the protocol takes that meter when aiohttp begins the exchange on
 the connection (`set_response_params`, called in the request's own task). aiohttp hands its
 protocol no per-request value of ours, and a connection serves many requests, so the meter

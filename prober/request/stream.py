@@ -1,7 +1,7 @@
 """What a response stream says, event by event: tokens per channel, usage, server timings.
 
 `StreamState` turns decoded events (OpenAI SSE chunks, or Ollama's newline-delimited JSON) into
-the counts and stamps of a `RequestResult`. It knows nothing of HTTP or timeouts: `request`
+the counts and stamps of a `RequestResult`. It knows nothing of HTTP or timeouts: `send`
 feeds it reads, asks it for its `Verdict` on a body that ended (`conclude`), and has it build
 the result once, from the outcome the exchange settled on and the connection's stamps.
 """

@@ -4,7 +4,7 @@
 flood `name` of `FLOODS` (or the whole answer `name` of `ANSWERS`, byte for byte): a run
 of 1xx responses, a status line or headers without end, chunk extensions, 1-byte chunks,
 trailers. Each is a class of hostile endpoint whose every byte must count against a bound
-of the request (prober/exchange.py). Writes are bounded in bytes (`MAX_BYTES`) and time
+of the request (prober/request/exchange.py). Writes are bounded in bytes (`MAX_BYTES`) and time
 (`MAX_SECONDS`) and let the loop run after every 64 KiB, as `hostile.endless` does;
 `Flooded` counts what was written and whether the client left.
 """

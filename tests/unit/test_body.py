@@ -1,4 +1,4 @@
-"""prober.body: a body pushed from the protocol's callbacks is read to its end, through
+"""prober.request.body: a body pushed from the protocol's callbacks is read to its end, through
 aiohttp's flow control (a buffer past its high-water mark pauses the socket and the parser,
 and taking from it resumes them)."""
 
@@ -63,7 +63,7 @@ async def test_a_flood_of_comments_hits_the_body_bound_not_a_timeout(chunks: int
         listener.close()
     if chunks * CHUNK_BYTES > 2 * LINE_LIMIT + 4096 * 272:
         assert result.outcome is Outcome.PROTOCOL_ERROR, result.error
-        # The body's bound, or the exchange's in all (prober/exchange.py): it counts the
+        # The body's bound, or the exchange's in all (prober/request/exchange.py): it counts the
         # bytes as they arrive, before aiohttp has parsed them into the body.
         assert "larger than its bound" in result.error or "in all" in result.error
         assert elapsed < 1.2  # refused when the bytes came, not at the deadline

@@ -1,4 +1,4 @@
-"""prober.request.classify: the outcome taxonomy as one pure function, table by table.
+"""prober.request.send.classify: the outcome taxonomy as one pure function, table by table.
 
 Each row is a fault that ended an attempt and where the attempt stood; the verdict is an
 outcome and its error text, or `Next` (the stream's own verdict stands; a stale connection is

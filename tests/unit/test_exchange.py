@@ -1,5 +1,5 @@
-"""prober.exchange: the meter's arithmetic with plain integers, and whose meter an exchange
-takes (each task its own, the defaults outside any)."""
+"""prober.request.exchange: the meter's arithmetic with plain integers, and whose meter an
+exchange takes (each task its own, the defaults outside any)."""
 
 from __future__ import annotations
 

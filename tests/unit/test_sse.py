@@ -1,4 +1,5 @@
-"""prober.sse: SSE framing (line ends, split reads, comments, limits) and its property tests.
+"""prober.request.sse: SSE framing (line ends, split reads, comments, limits) and its property
+tests.
 
 The property tests (`test_property_*`) run 200 examples each by default and 20,000 under
 `HYPOTHESIS_PROFILE=fuzz` (docs/fuzzing.md).

@@ -1,4 +1,4 @@
-"""prober.wire says which arrival stamping is live: the protocol's, or the fallback when
+"""prober.request.wire says which arrival stamping is live: the protocol's, or the fallback when
 aiohttp's private connector factory could not be swapped (another aiohttp)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""prober.stream: OpenAI SSE chunks and Ollama NDJSON lines → counts, stamps and outcome."""
+"""prober.request.stream: OpenAI SSE chunks and Ollama NDJSON lines → counts, stamps and
+outcome."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""prober.wire: reads are stamped when the loop received their bytes, not when they were
+"""prober.request.wire: reads are stamped when the loop received their bytes, not when they were
 parsed; the parsing gives the loop back between slices. Ordering and wide margins only: the
 loop is blocked on purpose for 100 ms, and the assertions allow half of that."""
 
