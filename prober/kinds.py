@@ -64,3 +64,13 @@ class Basis(StrEnum):
     PROBES_HINT = "probes_hint"
     PROBES_LEARNED = "probes_learned"
     NONE = "none"
+
+
+class Drain(StrEnum):
+    """What the queue estimate's drain rate (departures per second while a queue lasts)
+    rests on, best first; `none` where the estimate needs none (own load) or has none."""
+
+    SERVER = "server"  # the engine's completion counter, scraped
+    TRAFFIC = "traffic"  # `slots / T`, T the probes' service scaled to the `traffic:` shape
+    PROBE_SHAPE = "probe_shape"  # the same with no `traffic:`: the probes' own shape
+    NONE = "none"

@@ -248,6 +248,16 @@ QUEUE_ESTIMATE_BASIS = MetricSpec(
     "What the queue estimate rests on: 1 for the basis in use, 0 for the others.",
     (*TARGET_LABELS, "basis"),
 )  # fmt: skip
+QUEUE_DRAIN_RATE = _target(
+    "llmprober_queue_drain_rate", Kind.GAUGE,
+    "Requests per second a queue drains at (the engine's departures while every slot is"
+    " busy), as the queue estimate uses it.",
+)  # fmt: skip
+QUEUE_DRAIN_BASIS = MetricSpec(
+    "llmprober_queue_drain_basis", Kind.GAUGE,
+    "What the queue estimate's drain rate rests on: 1 for the basis in use, 0 for the others.",
+    (*TARGET_LABELS, "basis"),
+)  # fmt: skip
 ENGINE_SLOTS = MetricSpec(
     "llmprober_engine_slots", Kind.GAUGE,
     "The engine's parallel slots: the operator's hint, or learned by the estimator.",
@@ -286,7 +296,8 @@ SPECS: tuple[MetricSpec, ...] = (
     TOKEN_SOURCE, TOKENS,
     PROBE_SUCCESS, LAST_PROBE, PROBE_INTERVAL, SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_TTFO,
     PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, SERVER_SCRAPE_ERRORS,
-    QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, ENGINE_SLOTS, SATURATION,
+    QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, QUEUE_DRAIN_RATE, QUEUE_DRAIN_BASIS,
+    ENGINE_SLOTS, SATURATION,
     SERVER_KV_CACHE_USAGE, STAMPING_INFO, EXPOSITION_FALLBACK,
 )  # fmt: skip
 BY_NAME = {spec.name: spec for spec in SPECS}

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from prober.capacity.probes import ForeignEstimator, ProbeSample, median_gap, queue_threshold
-from prober.kinds import Basis
+from prober.kinds import Basis, Drain
 from prober.result import RequestResult
 
 _ENVELOPE_BINS = 24  # log2 bins of prompt length: 1 .. 16M tokens
@@ -46,6 +46,8 @@ class Estimate:
     wait_seconds: float | None
     basis: Basis = Basis.NONE
     slots: int | None = None
+    drain: float | None = None  # departures per second while a queue lasts
+    drain_basis: Drain = Drain.NONE
 
 
 class OwnLoad:
@@ -306,12 +308,21 @@ class QueueEstimator:
             prefill = statistics.median(self._prefills) if self._prefills else 0.0
             f = self.foreign.estimate(prefill)
             if f.basis is not Basis.NONE or self.server_drain_rate() is None:
-                return Estimate(f.waiting, f.running, f.wait_seconds, f.basis, f.slots)
+                return Estimate(
+                    f.waiting, f.running, f.wait_seconds, f.basis, f.slots, f.drain, f.drain_basis
+                )
         drain = self.server_drain_rate()
         if drain is None or mean_wait is None:
             return Estimate(None, None, mean_wait)
         mean_decode = max(0.0, self._sums[1]) / len(recent)
-        return Estimate(drain * mean_wait, drain * mean_decode, mean_wait, Basis.SERVER)
+        return Estimate(
+            drain * mean_wait,
+            drain * mean_decode,
+            mean_wait,
+            Basis.SERVER,
+            drain=drain,
+            drain_basis=Drain.SERVER,
+        )
 
 
 def _decoded(result: RequestResult) -> bool:

@@ -11,7 +11,9 @@ What each probe yields (`ProbeSample`), and how the figures follow (README, "Que
   of probes that decoded at full batch;
 - its service time (prefill + decode), which at full batch gives the drain rate: a queue only
   exists while every slot is busy, and then the engine admits requests at `μ = slots / T`,
-  T the service time of a request of the traffic's shape.
+  T the service time of a request of the traffic's shape: the `traffic:` the operator gave,
+  else the probes' own (`Drain`: which of the two). Right only where the traffic has that
+  shape; no reading tried so far gives it without (`bench/README.md`, the drain rate).
 
 Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
 the residual time to the first departure, on average one interval when the slots finish
@@ -36,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from prober.kinds import Basis
+from prober.kinds import Basis, Drain
 
 _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
 # ... and at least the last two: in a queue a probe's job takes its wait and its decode (3 to
@@ -119,6 +121,8 @@ class ForeignEstimate:
     wait_seconds: float | None
     slots: int | None
     basis: Basis
+    drain: float | None = None  # departures per second while a queue lasts
+    drain_basis: Drain = Drain.NONE
 
 
 def median_gap(stamps: list[int] | tuple[int, ...], tokens_per_event: float) -> float | None:
@@ -322,12 +326,14 @@ class ForeignEstimator:
     def __init__(
         self,
         probe: Shape,
-        traffic: Shape,
+        traffic: Shape | None,
         slots_hint: int | None,
         probes: ProbesInFlight,
         clock: Callable[[], float],
     ) -> None:
-        self._probe, self._traffic = probe, traffic
+        """`traffic`: the shape of the engine's other requests where the operator gave it."""
+        self._probe, self._traffic = probe, traffic or probe
+        self._shape_basis = Drain.PROBE_SHAPE if traffic is None else Drain.TRAFFIC
         self._hint = slots_hint
         self.probes = probes
         self._clock = clock
@@ -347,6 +353,15 @@ class ForeignEstimator:
             self._queue_run = min(self._queue_run + 1, len(self._full_service))
         else:
             self._queue_run = 0
+
+    def drain(self, now: float, slots: int | None) -> tuple[float | None, Drain]:
+        """Departures per second while a queue lasts, `slots / T` from the probes' service time
+        at full batch scaled to the traffic's shape, and which shape that was; None without
+        the slots or a queued probe."""
+        service = self._service(now)
+        if slots is None or service <= 0:
+            return None, Drain.NONE
+        return slots / service, self._shape_basis
 
     def _traffic_service(self, s: ProbeSample) -> float:
         """Service time of a request of the traffic's shape, scaled from the probe's."""
@@ -380,30 +395,35 @@ class ForeignEstimator:
         wait = max([statistics.fmean(s.wait for s in recent), *live])
         own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
         slots = self.slots
-        waiting = self._waiting(now, wait, slots, recent)
+        drain, drain_basis = self.drain(now, slots)
+        waiting = self._waiting(wait, drain, recent)
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         if slots is None:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
             # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
-            return ForeignEstimate(None, None, wait, None, Basis.NONE)
-        # A running figure missing for want of data (fewer than eight pairs, no recent decode)
-        # leaves the estimate without a basis; one that the pairs say the decode slowdown
-        # cannot give (a jump under a fifth of α, or none: `DecodeModel.resolves`) does not.
+            return ForeignEstimate(None, None, wait, None, Basis.NONE, drain, drain_basis)
+        # Every slot is busy while a queue lasts; a queue of less than one request was there
+        # for part of the window only, so it counts in proportion. Where the decode slowdown
+        # cannot tell the batch, or has not been read yet (a daemon started into a queue),
+        # running is known only while a whole request waits.
+        if waiting is not None and waiting >= 1:
+            running = float(slots)
+        elif waiting is not None and waiting > 0 and running is not None:
+            running += (slots - running) * waiting
+        # Otherwise a running figure missing for want of data (fewer than eight pairs, no
+        # recent decode) leaves the estimate without a basis; one that the pairs say the decode
+        # slowdown cannot give (a jump under a fifth of α, or none: `DecodeModel.resolves`)
+        # does not.
         pairs_read = not self.decode.learning(slots_known=True)
         unseeable = pairs_read and not self.decode.resolves(None)
         if waiting is None or (running is None and not unseeable):
             # With the slots hinted, running (and saturation below the knee) needs no drain
             # rate: it is made before any probe has queued.
-            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE)
+            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE, drain, drain_basis)
         basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
-        # Every slot is busy while a queue lasts; a queue of less than one request was there
-        # for part of the window only, so it counts in proportion. Where the decode slowdown
-        # cannot tell the batch, running is known only while a whole request waits.
-        if waiting >= 1:
-            running = float(slots)
-        elif waiting > 0 and running is not None:
-            running += (slots - running) * waiting
-        return ForeignEstimate(waiting + own_waiting, running, wait, slots, basis)
+        return ForeignEstimate(
+            waiting + own_waiting, running, wait, slots, basis, drain, drain_basis
+        )
 
     def _recent(
         self, now: float, seconds: float = _RECENT_SECONDS, least: int = 1
@@ -416,20 +436,16 @@ class ForeignEstimator:
         last = itertools.islice(reversed(self._samples), least)
         return [s for s in last if s.at >= now - _STALE_SECONDS]
 
-    def _waiting(
-        self, now: float, wait: float, slots: int | None, recent: list[ProbeSample]
-    ) -> float | None:
-        """Foreign requests waiting at `now`, `μ·W − 1`; 0 without a queue, None when μ is
+    def _waiting(self, wait: float, drain: float | None, recent: list[ProbeSample]) -> float | None:
+        """Foreign requests waiting now, `μ·W − 1`; 0 without a queue, None when μ is
         unknown."""
         gaps = [s.gap for s in recent if s.gap is not None]
         step = self.decode.gap_full or (statistics.median(gaps) if gaps else None)
         if wait <= queue_threshold(step):
             return 0.0
-        service = self._service(now)
-        if slots is None or service <= 0:
+        if drain is None:
             return None
-        mu = slots / service
-        return max(0.0, mu * wait - _RESIDUAL_DEPARTURES)
+        return max(0.0, drain * wait - _RESIDUAL_DEPARTURES)
 
     def _service(self, now: float) -> float:
         """Median full-batch service time of the current queue's own probes (of the last

@@ -21,7 +21,7 @@ from prober import metric_specs as specs
 from prober.capacity.own import Estimate, OwnLoad, QueueEstimator
 from prober.capacity.probes import ForeignEstimator, ProbesInFlight, Shape
 from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, scrape
-from prober.kinds import Basis
+from prober.kinds import Basis, Drain
 from prober.logs import get_logger
 from prober.metric_specs import gauge_family
 from prober.metrics import Metrics
@@ -54,10 +54,13 @@ class TargetCapacity:
         self._clock = clock
         cfg = target.config
         probe = Shape(cfg.prompt_tokens, cfg.max_tokens)
-        traffic = Shape(
-            cfg.traffic.prompt_tokens or cfg.prompt_tokens,
-            cfg.traffic.output_tokens or cfg.max_tokens,
-        )
+        given = cfg.traffic.prompt_tokens is not None or cfg.traffic.output_tokens is not None
+        traffic = None
+        if given:
+            traffic = Shape(
+                cfg.traffic.prompt_tokens or cfg.prompt_tokens,
+                cfg.traffic.output_tokens or cfg.max_tokens,
+            )
         self.probes = ProbesInFlight(clock)
         foreign = ForeignEstimator(probe, traffic, cfg.slots, self.probes, clock)
         self.estimator = QueueEstimator(
@@ -170,6 +173,8 @@ class CapacityCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = gauge_family(specs.QUEUE_DEPTH)
         basis = gauge_family(specs.QUEUE_ESTIMATE_BASIS)
+        drain = gauge_family(specs.QUEUE_DRAIN_RATE)
+        drain_basis = gauge_family(specs.QUEUE_DRAIN_BASIS)
         slots = gauge_family(specs.ENGINE_SLOTS)
         sat = gauge_family(specs.SATURATION)
         kv = gauge_family(specs.SERVER_KV_CACHE_USAGE)
@@ -181,6 +186,10 @@ class CapacityCollector(Collector):
                     depth.add_metric([*key, "estimate", state], value)
             for b in Basis:
                 basis.add_metric([*key, b.value], 1.0 if b is est.basis else 0.0)
+            if est.drain is not None:
+                drain.add_metric(key, est.drain)
+            for d in Drain:
+                drain_basis.add_metric([*key, d.value], 1.0 if d is est.drain_basis else 0.0)
             if est.slots is not None:
                 hinted = cap.target.config.slots is not None
                 slots.add_metric([*key, "hint" if hinted else "learned"], est.slots)
@@ -198,4 +207,4 @@ class CapacityCollector(Collector):
                 sat.add_metric([*key, "server"], value)
             if snap.kv_usage_ratio is not None:
                 kv.add_metric(key, snap.kv_usage_ratio)
-        yield from (depth, basis, slots, sat, kv)
+        yield from (depth, basis, drain, drain_basis, slots, sat, kv)

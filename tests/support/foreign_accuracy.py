@@ -65,6 +65,7 @@ class Score:
     pairs: list[tuple[float, float, float, float]] = field(default_factory=list)
     known: list[bool] = field(default_factory=list)  # per pair: the estimate had a basis
     bases: Counter[str] = field(default_factory=Counter)
+    drains: Counter[str] = field(default_factory=Counter)  # the drain rate's basis, per sample
     slots: Counter[int] = field(default_factory=Counter)
     completed_per_second: float = 0.0  # the traffic's own completions over the level
     failed: int = 0  # the traffic's requests that failed (a truth read beside them may lie)
@@ -121,6 +122,7 @@ class Score:
 
     def row(self) -> str:
         basis = ",".join(f"{b}:{n}" for b, n in self.bases.most_common())
+        basis += " drain " + ",".join(f"{b}:{n}" for b, n in self.drains.most_common())
         slots = ",".join(f"{s}:{n}" for s, n in self.slots.most_common())
         return (
             f"{self.level.name:>10} {self.true_waiting:8.2f} {self._mean(1):8.2f} "
@@ -409,5 +411,7 @@ def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any
     for (name, labels), v in samples.items():
         if name == "llmprober_queue_estimate_basis" and v == 1:
             score.bases[dict(labels)["basis"]] += 1
+        if name == "llmprober_queue_drain_basis" and v == 1:
+            score.drains[dict(labels)["basis"]] += 1
         if name == "llmprober_engine_slots":
             score.slots[int(v)] += 1

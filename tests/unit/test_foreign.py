@@ -20,6 +20,7 @@ from prober.capacity.probes import (
     median_gap,
     slots_from,
 )
+from prober.kinds import Drain
 from prober.result import Outcome, RequestResult
 from tests.support.clock import Clock
 
@@ -139,7 +140,7 @@ PROBE_SHAPE = Shape(40, 16)
 
 
 def _estimator(
-    clock: Clock, hint: int | None = 4, traffic: Shape = PROBE_SHAPE
+    clock: Clock, hint: int | None = 4, traffic: Shape | None = None
 ) -> ForeignEstimator:
     return ForeignEstimator(PROBE_SHAPE, traffic, hint, ProbesInFlight(clock), clock)
 
@@ -166,6 +167,36 @@ def test_traffic_of_another_shape_scales_the_service_time() -> None:
     est.decode = learned_model()
     est.observe(_queued(clock, wait=2.0))  # their service: 0.1 + 1.5 = 1.6 s, μ = 2.5/s
     assert est.estimate(0.05).waiting == pytest.approx(2.5 * 2.0 - 1.0)
+
+
+def test_the_drain_rate_says_which_shape_it_assumed() -> None:
+    """Without `traffic:` the probes' own shape, with it the operator's: exported, so a
+    dashboard can tell a figure that rests on an assumption nobody made."""
+    for traffic, drain, basis in (
+        (None, 5.0, Drain.PROBE_SHAPE),
+        (Shape(80, 31), 2.5, Drain.TRAFFIC),
+    ):
+        clock = Clock()
+        est = _estimator(clock, traffic=traffic)
+        est.decode = learned_model()
+        assert (est.estimate(0.05).drain, est.estimate(0.05).drain_basis) == (None, Drain.NONE)
+        est.observe(_queued(clock, wait=2.0))  # the probes' service 0.8 s at full batch
+        figure = est.estimate(0.05)
+        assert figure.drain == pytest.approx(drain)
+        assert figure.drain_basis is basis
+
+
+def test_a_queue_gives_every_slot_before_any_pair_is_read() -> None:
+    """A daemon started into a queue: no pair can join a full batch, so the decode slowdown
+    is unread, but while a whole request waits every slot is busy."""
+    clock = Clock()
+    est = _estimator(clock)
+    est.observe(_queued(clock, wait=2.0))
+    est.observe(_queued(clock, wait=2.0))
+    figure = est.estimate(0.05)
+    assert figure.basis is Basis.PROBES_HINT
+    assert figure.waiting == pytest.approx(5.0 * 2.0 - 1.0)
+    assert figure.running == 4.0
 
 
 def test_below_saturation_running_comes_from_the_decode_slowdown() -> None:
@@ -322,6 +353,32 @@ def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> Non
     assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="fine"} 1.0' in text
     assert 'target="broken"' in text  # its basis says none
     assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="broken"} 1.0' in text
+    assert 'llmprober_queue_drain_basis{basis="none",model="m",target="fine"} 1.0' in text
+    assert "llmprober_queue_drain_rate{" not in text  # no figure without a queued probe
+
+
+def test_the_drain_rate_and_its_basis_are_exported() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from prober.capacity.target import CapacityCollector, TargetCapacity
+    from prober.metrics import Metrics
+    from prober.settings import TargetConfig
+    from prober.targets import Target
+
+    cfg = TargetConfig(
+        name="t", url="http://127.0.0.1:1/v1", model="m", slots=4, prompt_tokens=40,
+        max_tokens=16, traffic={"output_tokens": 31, "prompt_tokens": 80},
+    )  # fmt: skip
+    cap = TargetCapacity(Target.from_config(cfg), Metrics(CollectorRegistry()))
+    foreign = cap.estimator.foreign
+    assert foreign is not None
+    foreign.observe(ProbeSample(foreign._clock(), 2.0, 0.05, 0.75, 0.05, True))
+    registry = CollectorRegistry()
+    registry.register(CapacityCollector([cap]))
+    text = generate_latest(registry).decode()
+    assert 'llmprober_queue_drain_rate{model="m",target="t"} 2.5' in text
+    assert 'llmprober_queue_drain_basis{basis="traffic",model="m",target="t"} 1.0' in text
+    assert 'llmprober_queue_drain_basis{basis="probe_shape",model="m",target="t"} 0.0' in text
 
 
 def test_server_saturation_divides_by_the_slots_hint_before_anything_is_learned() -> None:
