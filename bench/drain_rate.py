@@ -23,7 +23,9 @@ median, and not followed by a gap under half the median, which is the client's s
 long as the runs' median is one admission, longer runs two or more), scaled by
 `slots / (slots − 1)` (see `analyse`), and the shape-bound rate `slots / T_probe` the estimate
 uses with no `traffic:`, each as a ratio to the truth; `runs`: how many runs of long gaps the
-rate rests on (its noise is about one in √runs). Figures: `bench/README.md`.
+rate rests on (its noise is about one in √runs). With `--twins`, each probe has a one-token
+twin sent 10 ms behind it, and `twins/s` is the departures read from the spacing of their
+first tokens (`twin_rate`). Figures: `bench/README.md`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -45,6 +48,7 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
+TWIN_AFTER = 0.01  # seconds between a probe and its twin
 sys.path.insert(0, str(ROOT))
 
 from bench.perf_common import free_port, wait_http  # noqa: E402
@@ -69,6 +73,8 @@ class Reading:
     shape_rate: float
     probes: int
     events: int
+    twins_rate: float = 0.0
+    twins: int = 0
 
 
 async def _probe(session: aiohttp.ClientSession, url: str, tokens: int) -> Probe:
@@ -87,6 +93,11 @@ async def _probe(session: aiohttp.ClientSession, url: str, tokens: int) -> Probe
             if choices and (choices[0].get("delta") or {}).get("content"):
                 probe.tokens.append(time.monotonic())
     return probe
+
+
+async def _twin(session: aiohttp.ClientSession, url: str, tokens: int) -> Probe:
+    await asyncio.sleep(TWIN_AFTER)  # behind the probe in the engine's queue
+    return await _probe(session, url, tokens)
 
 
 def admissions(stamps: list[float], spike: float) -> list[int]:
@@ -115,6 +126,29 @@ def admission_count(runs: list[int]) -> int:
         return 0
     unit = statistics.median(runs)
     return sum(max(1, round(length / unit)) for length in runs)
+
+
+def twin_rate(pairs: list[tuple[Probe, Probe]]) -> tuple[float, int]:
+    """Departures per second from twins: a one-token twin sent right behind a probe into a
+    queue is admitted at the next departure after it, so the time between their first tokens
+    (the prefills, alike, cancel) is one interval between departures of the slots the probe
+    does not hold. A twin that overtook the probe left after one step and let it in: no
+    reading. Where the probe left before its twin was admitted, its own departure let the twin
+    in and the interval is known only to be longer: the rate is the departures seen over the
+    time watched. Only twins of a probe that waited count."""
+    seen, watched, n = 0, 0.0, 0
+    for a, b in pairs:
+        if len(a.tokens) < 3 or not b.tokens:
+            continue
+        step = statistics.median(a.gaps())
+        interval = b.tokens[0] - a.tokens[0]
+        if a.tokens[0] - a.sent <= 0.02 + 3 * step or interval < 0:
+            continue  # a slot was free (no queue to read), or the twin went first
+        left = a.tokens[-1] - a.tokens[0]
+        seen += interval < left
+        watched += min(interval, left)
+        n += 1
+    return (seen / watched if watched else 0.0), n
 
 
 def analyse(level: str, probes: list[Probe], true_rate: float, slots: int, spike: float) -> Reading:
@@ -146,7 +180,7 @@ def analyse(level: str, probes: list[Probe], true_rate: float, slots: int, spike
 
 async def run_level(
     url: str, level: str, workers: int, answer: int, probe_tokens: int, seconds: float,
-    warmup: float, slots: int, sigma: float, spike: float,
+    warmup: float, slots: int, sigma: float, spike: float, twins: bool, twin_tokens: int,
 ) -> Reading:  # fmt: skip
     load = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.support.foreign_load", "--url", f"{url}/v1",
@@ -155,13 +189,21 @@ async def run_level(
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
     probes: list[Probe] = []
+    pairs: list[tuple[Probe, Probe]] = []
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
             await asyncio.sleep(warmup)
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                probes.append(await _probe(session, url, probe_tokens))
-                await asyncio.sleep(0.2)
+                if twins:
+                    a, b = await asyncio.gather(
+                        _probe(session, url, probe_tokens), _twin(session, url, twin_tokens)
+                    )
+                    probes.append(a)
+                    pairs.append((a, b))
+                else:
+                    probes.append(await _probe(session, url, probe_tokens))
+                await asyncio.sleep(0.2 + random.random())
         out, _ = await asyncio.wait_for(load.communicate(), warmup + seconds + 120)
     finally:
         if load.returncode is None:
@@ -169,8 +211,10 @@ async def run_level(
             await load.wait()
     report = json.loads(out.decode().strip().splitlines()[-1])
     span = time.monotonic() - probes[0].sent if probes else seconds
-    true_rate = report["rate"] + len(probes) / span
-    return analyse(level, probes, true_rate, slots, spike)
+    true_rate = report["rate"] + len(probes) * (2 if twins else 1) / span
+    reading = analyse(level, probes, true_rate, slots, spike)
+    reading.twins_rate, reading.twins = twin_rate(pairs)
+    return reading
 
 
 @contextlib.contextmanager
@@ -207,7 +251,7 @@ def engine(kind: str, slots: int) -> Iterator[str]:
 def _table(readings: list[Reading]) -> str:
     head = (
         f"{'level':>12} {'true/s':>7} {'runs/s':>8} {'÷true':>6} {'shape/s':>8} {'÷true':>6}"
-        f" {'probes':>6} {'runs':>5}"
+        f" {'probes':>6} {'runs':>5} {'twins/s':>8} {'÷true':>6} {'twins':>5}"
     )
     rows = [head]
     for r in readings:
@@ -215,6 +259,7 @@ def _table(readings: list[Reading]) -> str:
         rows.append(
             f"{r.level:>12} {r.true_rate:7.2f} {r.runs_rate:8.2f} {r.runs_rate / t:6.2f}"
             f" {r.shape_rate:8.2f} {r.shape_rate / t:6.2f} {r.probes:6d} {r.events:5d}"
+            f" {r.twins_rate:8.2f} {r.twins_rate / t:6.2f} {r.twins:5d}"
         )
     return "\n".join(rows)
 
@@ -229,7 +274,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 level = f"{factor:g}x c{k * args.slots}"
                 reading = await run_level(
                     url, level, k * args.slots, answer, args.probe_tokens, args.seconds,
-                    args.warmup, args.slots, args.sigma, args.spike,
+                    args.warmup, args.slots, args.sigma, args.spike, args.twins,
+                    args.twin_tokens,
                 )  # fmt: skip
                 readings.append(reading)
                 print(_table(readings[-1:]).splitlines()[1], flush=True)
@@ -252,6 +298,10 @@ def main() -> None:
                    help="heavy-tailed foreign lengths: lognormal σ (foreign_load)")  # fmt: skip
     p.add_argument("--spike", type=float, default=0.2,
                    help="a long gap: past the probe's median by this share of it")  # fmt: skip
+    p.add_argument("--twins", action="store_true",
+                   help="a twin behind each probe; departures from their spacing")  # fmt: skip
+    p.add_argument("--twin-tokens", type=int, default=1,
+                   help="the twin's answer: it is read for its first token only")  # fmt: skip
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--warmup", type=float, default=8.0)
     asyncio.run(main_async(p.parse_args()))
