@@ -315,9 +315,13 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
         (timeseries("Queue estimate basis", [
             q(f"max by (target, basis) (llmprober_queue_estimate_basis{{{SEL}}} == 1)",
               "{{target}} {{basis}}", "A"),
+            q(f"max by (target, basis) (llmprober_queue_drain_basis{{{SEL}}} == 1)",
+              "{{target}} drain rate: {{basis}}", "B"),
         ], "none", "What the estimate rests on: server (engine counters), own_load (the "
            "prober's load is the traffic), probes_hint / probes_learned (probes alone, slots "
-           "hinted or learned), none (not enough data yet). Prefer server, then the estimate."),
+           "hinted or learned), none (not enough data yet). Prefer server, then the estimate. "
+           "Its drain rate: server, traffic (the traffic: shape given), probe_shape (none "
+           "given: the traffic assumed shaped like the probes), none."),
          6, 8),
         (timeseries("Engine slots", [
             q(f"max by (target, source) (llmprober_engine_slots{{{SEL}}})",
