@@ -13,12 +13,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Self
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from prober import workload
 from prober.kinds import Arrival, LengthDist
 from prober.section import PositiveSeconds, Section
-from prober.validation import field_error
+from prober.validation import bound, field_error, wrong
 
 MAX_RATE = 10_000.0  # arrivals/s, on average, of any source
 Tokens = Annotated[int, Field(ge=1, le=workload.MAX_TOKENS)]
@@ -71,9 +70,8 @@ class LengthConfig(Section):
             if getattr(self, name) is None:
                 raise field_error(name, f"required by {self.dist}", None)
         if self.max is not None and self.max < (self.min or 1):
-            raise field_error(
-                "max", f"must be at least min ({self.min or 1}), got {self.max!r}", self.max
-            )
+            problem = bound("at least", f"min ({self.min or 1})", self.max)
+            raise field_error("max", problem, self.max)
         if self.weights is not None and len(self.weights) != len(self.values or []):
             raise field_error("weights", "must give one weight per value", self.weights)
         if self.weights is not None and not sum(self.weights) > 0:
@@ -106,20 +104,14 @@ def lengths_field(value: Any) -> Any:
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
-            raise PydanticCustomError("tokens", "must be at least 1, got {got}", {"got": value})
+            raise ValueError(bound("at least", 1, value))
         if value > workload.MAX_TOKENS:
-            top = workload.MAX_TOKENS
-            raise PydanticCustomError(
-                "tokens", "must be at most {top}, got {got}", {"top": top, "got": value}
-            )
+            raise ValueError(bound("at most", workload.MAX_TOKENS, value))
         return {"dist": "fixed", "value": value}
     if isinstance(value, dict | LengthConfig):
         return value
-    raise PydanticCustomError(
-        "lengths",
-        "must be a token count or a distribution (dist: {dists}), got {got}",
-        {"dists": " | ".join(_LENGTH_PARAMS), "got": repr(value)[:40]},
-    )
+    dists = " | ".join(_LENGTH_PARAMS)
+    raise ValueError(wrong(f"a token count or a distribution (dist: {dists})", value))
 
 
 def spread_lengths(default: int, spread_fraction: float) -> LengthConfig:

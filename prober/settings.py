@@ -53,7 +53,7 @@ from prober.section import MAX_SECONDS as MAX_SECONDS  # re-exported
 from prober.section import PositiveSeconds
 from prober.section import Section as _Strict
 from prober.section import unwrap as _unwrap
-from prober.validation import describe
+from prober.validation import bound, describe, field_error, wrong
 from prober.validation import field_path as field_path  # re-exported
 from prober.webconfig import WebConfig, WebConfigError, load_web_config
 
@@ -193,7 +193,7 @@ class TargetConfig(_Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.fullmatch(value):
-            raise ValueError("must be 1-64 of letters, digits, '_', '.', ':', '-'")
+            raise ValueError(wrong("1-64 of letters, digits, '_', '.', ':', '-'", value))
         return value
 
     @field_validator("url", "metrics_url")
@@ -207,7 +207,7 @@ class TargetConfig(_Strict):
     @classmethod
     def _model(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError("must not be empty")
+            raise ValueError(wrong("a non-empty string", value))
         return value
 
     @field_validator("headers")
@@ -239,7 +239,7 @@ class TargetConfig(_Strict):
     def _jitter(cls, value: float, info: ValidationInfo) -> float:
         interval = info.data.get("interval_seconds")
         if interval is not None and value > interval:
-            raise ValueError(f"must not exceed interval_seconds ({interval:g})")
+            raise ValueError(bound("at most", f"interval_seconds ({interval:g})", value))
         return value
 
     @field_validator("api_key_file")
@@ -285,7 +285,7 @@ class ServerConfig(_Strict):
     def _listen(cls, value: str) -> str:
         host, sep, port = value.rpartition(":")
         if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
-            raise ValueError(f"must be HOST:PORT, got {value!r}")
+            raise ValueError(wrong("HOST:PORT", value))
         if _CONTROL.search(host) or " " in host:
             raise ValueError(f"invalid host in {value!r}")
         return value
@@ -312,7 +312,8 @@ class ShardConfig(_Strict):
     @model_validator(mode="after")
     def _in_range(self) -> Self:
         if self.index >= self.count:
-            raise ValueError(f"index {self.index} must be below count {self.count}")
+            problem = bound("less than", f"count ({self.count})", self.index)
+            raise field_error("index", problem, self.index)
         return self
 
 
@@ -675,7 +676,7 @@ def secret_header_values(target: TargetConfig) -> list[str]:
 def check_url(value: str) -> None:
     """An http(s) URL with a host, a valid port and no credentials; else ValueError."""
     if not re.match(r"https?://[^/\s]+", value) or not value.isprintable() or " " in value:
-        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        raise ValueError(wrong("an http:// or https:// URL", value))
     try:
         url = yarl.URL(value)
         port = url.port

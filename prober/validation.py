@@ -5,14 +5,16 @@ models. `OneLineModel` turns pydantic's multi-line `ValidationError` into a `Val
 one line, its first fault worded by `describe` ("slots: must be at least 1, got 0"); each
 model says how a field is named in it (`problem`: a setting, a flag). Every configuration
 fault of the daemon, `sim`, `bench` and `probe` is worded here: `describe` for a model's
-fault, `bound` and `wrong` for a flag or value checked by hand, so a fault reads the same
-everywhere. `field_path` names a nested field the way the YAML reads (`targets[0].url`).
+fault; `bound`, `within`, `one_of` and `wrong` for a flag or value checked by hand, so a
+fault reads the same everywhere. `field_path` names a nested field the way the YAML reads
+(`targets[0].url`).
 Imports nothing from `prober` but what it names.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -57,18 +59,32 @@ def describe(err: ErrorDetails) -> str:
         key, relation = _BOUNDS[kind]
         return bound(relation, ctx[key], value)
     if kind == "finite_number":
-        return f"must be finite, got {value!r}"
+        return wrong("finite", value)
     if kind in _KINDS:
         return wrong(_KINDS[kind], value)
-    if kind in ("literal_error", "enum"):
-        return f"must be one of {ctx['expected']}, got {value!r}"
+    if kind in ("literal_error", "enum"):  # pydantic lists the choices as `one_of` does
+        return wrong(f"one of {ctx['expected']}", value)
     return str(err["msg"])
 
 
 def bound(relation: str, limit: object, value: object) -> str:
     """A value out of its bound: 'must be at least 1, got 0' (`relation`: 'at least',
     'greater than', 'at most', 'less than')."""
-    return f"must be {relation} {_number(limit)}, got {value!r}"
+    return wrong(f"{relation} {_number(limit)}", value)
+
+
+def within(low: object, high: object, value: object, *, open_low: bool = False) -> str:
+    """A value out of its range, both ends named: 'must be in [1, 100], got 0'; with
+    `open_low`, the low end excluded: 'must be in (0, 1], got 0'."""
+    return wrong(f"in {'(' if open_low else '['}{_number(low)}, {_number(high)}]", value)
+
+
+def one_of(choices: Iterable[str], value: object) -> str:
+    """A value outside a closed set, the choices listed as pydantic lists a Literal's:
+    "must be one of 'a', 'b' or 'c', got 'd'"."""
+    quoted = [repr(choice) for choice in choices]
+    listed = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+    return wrong(f"one of {listed}", value)
 
 
 def wrong(what: str, value: object) -> str:

@@ -53,7 +53,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from prober.validation import STRICT, describe, field_error, field_path
+from prober.validation import STRICT, describe, field_error, field_path, one_of
 
 OPEN_PATHS = frozenset({"/-/healthy", "/-/ready"})
 REALM = "llm-prober"
@@ -201,7 +201,7 @@ def _file(value: Any, info: ValidationInfo) -> Path:
 
 def _min_version(value: Any) -> ssl.TLSVersion:
     if not isinstance(value, str) or value not in _MIN_VERSIONS:
-        raise ValueError(f"must be {' or '.join(_MIN_VERSIONS)}, got {value!r}")
+        raise ValueError(one_of(_MIN_VERSIONS, value))
     return _MIN_VERSIONS[value]
 
 

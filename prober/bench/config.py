@@ -27,7 +27,7 @@ from prober.kinds import Api, Arrival, EventLoopChoice
 from prober.loadconfig import LengthConfig, LoadConfig, RateSchedule, TraceConfig, lengths_field
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo
-from prober.validation import OneLineModel, describe, wrong
+from prober.validation import OneLineModel, describe, within, wrong
 
 MAX_CONCURRENCY = 10_000
 MAX_RATE = 10_000.0
@@ -170,7 +170,7 @@ class BenchConfig(OneLineModel):
     @classmethod
     def _goodput(cls, value: float) -> float:
         if not 0 < value <= 1:
-            raise ValueError(f"must be in (0, 1], got {value}")
+            raise ValueError(within(0, 1, value, open_low=True))
         return value
 
     @field_validator("api_key_env")
@@ -305,13 +305,11 @@ def _check_levels(mode: Mode, levels: tuple[float, ...]) -> None:
     for value in levels:
         if mode is Mode.CONCURRENCY:
             if not math.isfinite(value) or value != int(value) or not 1 <= value <= MAX_CONCURRENCY:
-                raise ValueError(
-                    f"{flag}: each must be an integer 1..{MAX_CONCURRENCY}, got {value}"
-                )
+                raise ValueError(f"{flag}: each {wrong(f'an integer 1..{MAX_CONCURRENCY}', value)}")
         elif not (math.isfinite(value) and 0 < value <= MAX_RATE):
-            raise ValueError(f"{flag}: each rate must be in (0, {MAX_RATE:g}] req/s, got {value}")
+            raise ValueError(f"{flag}: each rate {within(0, MAX_RATE, value, open_low=True)}")
     if list(levels) != sorted(set(levels)):
-        raise ValueError(f"{flag}: levels must be strictly increasing, got {list(levels)}")
+        raise ValueError(f"{flag}: levels {wrong('strictly increasing', list(levels))}")
 
 
 def parse_levels(flag: str, text: str, *, integers: bool) -> tuple[float, ...]:

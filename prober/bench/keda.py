@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prober.validation import bound
+from prober.validation import bound, within
 
 DEFAULT_HEADROOM = 0.75
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc.cluster.local:9090"
@@ -64,7 +64,7 @@ def derive(
 ) -> Budgets:
     """The budgets of the module docstring; ValueError when the report cannot give them."""
     if not 0 < headroom <= 1:
-        raise ValueError(f"headroom must be in (0, 1], got {headroom}")
+        raise ValueError(f"headroom {within(0, 1, headroom, open_low=True)}")
     if slots is not None and slots < 1:
         raise ValueError(f"--slots: {bound('at least', 1, slots)}")
     cap = report["capacity"]

@@ -7,10 +7,12 @@ source of defaults and of validation; the help text quotes those defaults.
 from __future__ import annotations
 
 import argparse
+import math
 
 from prober.kinds import REASONING_FIELDS
 from prober.sim.config import SimConfig
 from prober.sim.faults import parse_fault
+from prober.validation import wrong
 
 # flag, SimConfig field, type, help
 _FLAGS: tuple[tuple[str, str, type, str], ...] = (
@@ -35,14 +37,20 @@ def _dest(name: str) -> str:
 
 
 def _fault_rate(text: str) -> tuple[str, float]:
-    spec, sep, raw = text.rpartition("=")
-    if not sep or not spec:
-        raise argparse.ArgumentTypeError(f"expected NAME=P, got {text!r}")
+    """`--fault-rate NAME=P` as (NAME, P); a ValueError naming the flag, as bench's flags do
+    (`--fault-rate: must be ..., got ...`), so `sim` prints it as one line and exits 2."""
+    spec, _, raw = text.rpartition("=")
+    try:
+        prob = float(raw)
+    except ValueError:
+        prob = math.nan
+    if not spec or not 0 <= prob <= 1:
+        allowed = "NAME=P, a fault and a probability in [0, 1]"
+        raise ValueError(f"--fault-rate: {wrong(allowed, text)}")
     try:
         parse_fault(spec)
-        prob = float(raw)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"bad fault rate {text!r}: {exc}") from None
+    except ValueError as exc:  # its words name the fault and the known ones
+        raise ValueError(f"--fault-rate: {exc}") from None
     return spec, prob
 
 
@@ -75,7 +83,6 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--fault-rate",
         dest=_dest("fault_rates"),
-        type=_fault_rate,
         action="append",
         metavar="NAME=P",
         help="inject fault NAME (e.g. status:503, stall_after:5) on a fraction P of requests; "
@@ -84,19 +91,20 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sim_config_from_args(ns: argparse.Namespace) -> SimConfig:
-    """The SimConfig the parsed flags describe; ValueError names the bad field."""
+    """The SimConfig the parsed flags describe; ValueError names the bad field or flag."""
     kwargs: dict[str, object] = {}
     names = [name for _, name, _, _ in _FLAGS] + ["reasoning_field", "timings"]
     for name in names:
         value = getattr(ns, _dest(name), None)
         if value is not None:
             kwargs[name] = value
-    pairs: list[tuple[str, float]] | None = getattr(ns, _dest("fault_rates"), None)
-    if pairs:
+    texts: list[str] | None = getattr(ns, _dest("fault_rates"), None)
+    if texts:
         rates: dict[str, float] = {}
-        for spec, prob in pairs:
+        for text in texts:
+            spec, prob = _fault_rate(text)
             if spec in rates:
-                raise ValueError(f"fault_rates: --fault-rate {spec} given twice")
+                raise ValueError(f"--fault-rate: {wrong('one rate per fault', text)}")
             rates[spec] = prob
         kwargs["fault_rates"] = rates
     return SimConfig(**kwargs)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from pydantic_core import ErrorDetails
 from prober.kinds import REASONING_FIELDS as REASONING_FIELDS  # re-exported
 from prober.kinds import ReasoningField
 from prober.sim.faults import validate_rates
-from prober.validation import OneLineModel, describe, field_path
+from prober.validation import OneLineModel, describe, field_path, wrong
 
 NonNegative = Annotated[float, Field(ge=0)]
 Positive = Annotated[float, Field(gt=0)]
@@ -54,14 +54,14 @@ class SimConfig(OneLineModel):
     @classmethod
     def _model(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError(f"must be a non-empty string, got {value!r}")
+            raise ValueError(wrong("a non-empty string", value))
         return value
 
     @field_validator("fault_rates", mode="before")
     @classmethod
     def _fault_rates(cls, value: Any) -> Any:
         if not isinstance(value, Mapping):
-            raise ValueError(f"must be a mapping, got {value!r}")
+            raise ValueError(wrong("a mapping", value))
         validate_rates(value)
         return value
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from prober.validation import within, wrong
+
 FAULT_HEADER = "X-Sim-Fault"
 
 # Bounds keep a typo from asking the server for a 40 GB event or a 200 status "error".
@@ -71,7 +73,7 @@ def parse_fault(spec: str) -> Fault:
         raise ValueError(f"fault {name!r} needs an integer argument: {name}:N") from None
     low, high = bounds
     if not low <= arg <= high:
-        raise ValueError(f"fault {name!r} argument must be in [{low}, {high}], got {arg}")
+        raise ValueError(f"fault {name!r} argument {within(low, high, arg)}")
     return Fault(kind, arg)
 
 
@@ -80,15 +82,13 @@ def validate_rates(rates: Mapping[str, float]) -> None:
     total = 0.0
     for spec, prob in rates.items():
         if not isinstance(spec, str):
-            raise ValueError(f"fault_rates: keys must be fault specs, got {spec!r}")
+            raise ValueError(f"fault_rates: keys {wrong('fault specs', spec)}")
         try:
             parse_fault(spec)
         except ValueError as exc:
             raise ValueError(f"fault_rates: {exc}") from None
         if isinstance(prob, bool) or not isinstance(prob, int | float) or not 0 <= prob <= 1:
-            raise ValueError(
-                f"fault_rates[{spec!r}]: must be a probability in [0, 1], got {prob!r}"
-            )
+            raise ValueError(f"fault_rates[{spec!r}]: {wrong('a probability in [0, 1]', prob)}")
         total += prob
     if total > 1.0 + 1e-9:
         raise ValueError(f"fault_rates: must sum to at most 1, got {total:g}")

@@ -88,12 +88,12 @@ INVALID = [
     ),
     pytest.param(
         "targets:\n  - name: 'a b'\n    url: http://x/v1\n    model: m\n",
-        ["targets[0].name: must be 1-64 of letters, digits, '_', '.', ':', '-'"],
+        ["targets[0].name: must be 1-64 of letters, digits, '_', '.', ':', '-', got 'a b'"],
         id="bad-name",
     ),
     pytest.param(
         "targets:\n  - name: a\n    url: http://x/v1\n    model: ' '\n",
-        ["targets[0].model: must not be empty"],
+        ["targets[0].model: must be a non-empty string, got ' '"],
         id="blank-model",
     ),
     pytest.param(
@@ -108,7 +108,7 @@ INVALID = [
     ),
     pytest.param(
         TARGET + "    interval_seconds: 1\n    jitter_seconds: 2\n",
-        ["targets[0].jitter_seconds: must not exceed interval_seconds (1)"],
+        ["targets[0].jitter_seconds: must be at most interval_seconds (1), got 2.0"],
         id="jitter-over-interval",
     ),
     pytest.param(
@@ -175,7 +175,7 @@ INVALID = [
     ),
     pytest.param(
         "shard: {index: 2, count: 2}\n" + TARGET,
-        ["shard: index 2 must be below count 2"],
+        ["shard.index: must be less than count (2), got 2"],
         id="shard-index-too-high",
     ),
     pytest.param("targets: 5\n", ["targets: must be a list, got 5"], id="targets-not-a-list"),

@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from prober.cli import main
 from prober.sim import SimConfig, add_sim_arguments, sim_config_from_args
 from prober.sim.faults import Fault, FaultKind, FaultPicker, parse_fault
 
@@ -135,9 +136,34 @@ def test_flags_build_config() -> None:
 
 
 def test_bad_flags() -> None:
-    with pytest.raises(argparse.ArgumentError, match="bad fault rate"):
-        _parse(["--fault-rate", "explode=0.1"])
     with pytest.raises(ValueError, match="slots: must be at least 1"):
         sim_config_from_args(_parse(["--slots", "0"]))
-    with pytest.raises(ValueError, match="given twice"):
+    with pytest.raises(ValueError) as err:
         sim_config_from_args(_parse(["--fault-rate", "endless=0.1", "--fault-rate", "endless=0.2"]))
+    assert str(err.value) == "--fault-rate: must be one rate per fault, got 'endless=0.2'"
+
+
+NAME_P = "--fault-rate: must be NAME=P, a fault and a probability in [0, 1], got "
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("endless", NAME_P + "'endless'"),
+        ("=0.1", NAME_P + "'=0.1'"),
+        ("endless=x", NAME_P + "'endless=x'"),
+        ("endless=1.5", NAME_P + "'endless=1.5'"),
+        ("endless=nan", NAME_P + "'endless=nan'"),
+        ("explode=0.1", "--fault-rate: unknown fault 'explode'; known: " + ", ".join(FaultKind)),
+        ("status:99=0.1", "--fault-rate: fault 'status' argument must be in [400, 599], got 99"),
+    ],
+)
+def test_a_bad_fault_rate_names_the_flag_and_the_value(value: str, problem: str) -> None:
+    with pytest.raises(ValueError) as err:
+        sim_config_from_args(_parse(["--fault-rate", value]))
+    assert str(err.value) == problem
+
+
+def test_a_bad_sim_flag_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--fault-rate", "endless"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["sim: " + NAME_P + "'endless'"]

@@ -88,7 +88,7 @@ def test_empty_file_means_plain_http_without_auth(tmp_path: Path, text: str) -> 
          ["tls_server_config.x: unknown key",
           "tls_server_config.cert_file: no such file: {dir}/c",
           "tls_server_config.key_file: no such file: {dir}/k",
-          "tls_server_config.min_version: must be TLS12 or TLS13, got 'TLS10'"]),
+          "tls_server_config.min_version: must be one of 'TLS12' or 'TLS13', got 'TLS10'"]),
         ("basic_auth_users: [alice]\n",
          ["basic_auth_users: must be a mapping of user name to bcrypt hash"]),
         ("basic_auth_users: {alice: hunter2}\n",
