@@ -4,8 +4,9 @@ Environment overrides the file (nested keys with `__`, e.g. `LLMPROBER_SERVER__L
 item by its index, `LLMPROBER_TARGETS__0__MODEL`). Unknown keys are errors, in the file and in
 the environment alike, so a typo never silently falls back to a default. `load_settings`
 raises `ConfigError`, whose `problems` are one line per fault, each naming its field
-(`targets[0].url: ...`). API keys are read from the named variable or file only when needed,
-by `resolve_api_key`, and never stored in `Settings`. A target's `load:` section is
+(`targets[0].url: ...`). A target's API key is read from the named variable or file once,
+after validation, by `TargetConfig.read_secrets`, and held in a private attribute, never a
+field: it is never dumped or printed with `Settings`. A target's `load:` section is
 `loadconfig.LoadConfig`; every section is built on `section.Section`.
 
 The file and the environment are pydantic-settings sources (`YamlSource`, `EnvironmentSource`,
@@ -13,8 +14,8 @@ the latter using `model_config`'s `env_prefix` and `env_nested_delimiter`). They
 call by `Settings.sources(path, environ)` and handed to pydantic-settings' own `_build_sources`
 argument (`Settings.from_sources`), so the path and environment reach them without global
 state; a plain `Settings(...)` takes its arguments alone. The web config file is read after
-validation (`ServerConfig.read_web_config`); `register_secrets` registers the headers'
-credentials, once, after validation.
+validation (`ServerConfig.read_web_config`); `register_secrets` is the one place that
+registers a target's credentials (its API key, its secret headers' values), once.
 """
 
 from __future__ import annotations
@@ -182,6 +183,20 @@ class TargetConfig(_Strict):
     pair_share: Annotated[float, Field(ge=0, le=1)] = 0.5
     # Probes of this target in flight at once; a run due beyond it is skipped and counted.
     probes_in_flight: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    _api_key: str | None = PrivateAttr(default=None)
+    _secrets_read: bool = PrivateAttr(default=False)
+
+    def read_secrets(self) -> str | None:
+        """The API key, read once with the target's secrets registered (`register_secrets`).
+
+        `load_settings` reads them after validation, so `run` sends with the key it checked;
+        a target built without a file (bench, probe) is read by `Target.from_config`. A
+        `FieldError` names `api_key_env` or `api_key_file`.
+        """
+        if not self._secrets_read:
+            self._api_key = register_secrets(self)
+            self._secrets_read = True
+        return self._api_key
 
     @field_validator("slots", mode="before")
     @classmethod
@@ -380,23 +395,10 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         settings.server.read_web_config()
     except WebConfigError as exc:
         raise ConfigError([f"server.web_config_file: {exc}"]) from None
-    problems = [p for i, t in enumerate(settings.targets) if (p := _api_key_problem(i, t))]
+    problems = [p for i, t in enumerate(settings.targets) if (p := _secrets_problem(i, t))]
     if problems:
         raise ConfigError(problems)
-    register_secrets(*settings.targets)
     return settings
-
-
-def register_secrets(*targets: TargetConfig) -> None:
-    """The credentials in the targets' headers, registered so no log line prints them.
-
-    The one place they are: `load_settings` calls it after validation, `Target.from_config`
-    for targets built without a file (bench). API keys are not in `Settings`:
-    `check_api_key` registers each as it is read.
-    """
-    for target in targets:
-        for value in secret_header_values(target):
-            register_secret(value)
 
 
 def _with_web_problem(problems: list[str], data: dict[str, Any]) -> list[str]:
@@ -615,32 +617,40 @@ def _problems(exc: ValidationError) -> list[str]:
     return [f"{field_path(err['loc'])}: {describe(err)}" for err in exc.errors()]
 
 
-def _api_key_problem(index: int, target: TargetConfig) -> str:
+def _secrets_problem(index: int, target: TargetConfig) -> str:
     try:
-        resolve_api_key(target)
+        target.read_secrets()
     except FieldError as exc:
         return f"targets[{index}].{exc.field}: {exc.message}"
     return ""
 
 
-def resolve_api_key(target: TargetConfig) -> str | None:
-    """The API key's value, from the environment variable or file the target names.
+def register_secrets(target: TargetConfig) -> str | None:
+    """Register the target's credentials so no log line prints them, and return its API key,
+    read from the environment variable or file it names (None without one).
 
-    It must be one token of printable ASCII (what an `Authorization` header can carry): a
-    key file of two lines, or a binary one, is a configuration error, not a failing probe.
-    Faults are `FieldError`s naming `api_key_env` or `api_key_file`.
+    The one place secrets are registered: the secret headers' values, then the key, before
+    it is checked (a rejected key must not be printed either). `TargetConfig.read_secrets`
+    calls it, once per target. The key must be one token of printable ASCII (what an
+    `Authorization` header can carry): a key file of two lines, or a binary one, is a
+    configuration error, not a failing probe. Faults are `FieldError`s naming `api_key_env`
+    or `api_key_file`.
     """
+    for value in secret_header_values(target):
+        register_secret(value)
     if target.api_key_env:
-        value = os.environ.get(target.api_key_env, "").strip()
-        if not value:
-            raise FieldError("api_key_env", f"environment variable {target.api_key_env} is unset")
-        check_api_key(value, "api_key_env", f"environment variable {target.api_key_env}")
-        return value
-    if target.api_key_file:
-        value = _read_key_file(target.api_key_file)
-        check_api_key(value, "api_key_file", _show(target.api_key_file))
-        return value
-    return None
+        where = f"environment variable {target.api_key_env}"
+        field, key = "api_key_env", os.environ.get(target.api_key_env, "").strip()
+        if not key:
+            raise FieldError(field, f"{where} is unset")
+    elif target.api_key_file:
+        where = _show(target.api_key_file)
+        field, key = "api_key_file", _read_key_file(target.api_key_file)
+    else:
+        return None
+    register_secret(key)
+    _check_api_key(key, field, where)
+    return key
 
 
 def _read_key_file(path: Path) -> str:
@@ -655,11 +665,8 @@ def _read_key_file(path: Path) -> str:
     return value
 
 
-def check_api_key(value: str, field: str, where: str) -> None:
-    """Register `value` as a secret; a `FieldError` naming `field` unless it fits a header."""
-    # Here, not in register_secrets: a key is never stored in Settings, and it is registered
-    # first because a rejected key must not be printed either.
-    register_secret(value)
+def _check_api_key(value: str, field: str, where: str) -> None:
+    """A `FieldError` naming `field` unless `value` fits a header."""
     if "\n" in value or "\r" in value:
         raise FieldError(field, f"the key in {where} holds more than one line")
     if not _KEY.fullmatch(value):  # never echo the value, nor which character is wrong

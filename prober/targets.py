@@ -1,11 +1,14 @@
 """A configured target made ready to send, in two parts.
 
 `TargetSpec` is what every request to it is sent with, fixed once built by `target_spec`
-(labels, SLO, headers with the API key, TLS, timeouts). `Target` sends: it holds a spec and
-what sending teaches (the prompt builder's calibration, warnings logged once), and
-`Target.send()` is the one way the daemon, the load driver and bench send a request: it
-builds a calibrated prompt, calls `request.stream_request`, and feeds the server's prompt
-token count back into the prompt builder.
+(labels, SLO, headers with the API key, TLS, timeouts), a pure function of the config, the
+key and the TLS context. `Target` sends: it holds a spec and what sending teaches (the prompt
+builder's calibration, warnings logged once). `Target.from_config`, the one way `run`,
+`probe` and `bench` build a target, does the I/O the spec needs: the key read (its secrets
+registered) and the CA file loaded. `Target.send()` is the one way the daemon, the load
+driver and bench send a request: it builds a calibrated prompt, calls
+`request.stream_request`, and feeds the server's prompt token count back into the prompt
+builder.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from prober.metrics import Labels
 from prober.prompts import PromptBuilder, SharedPrefix
 from prober.request import RequestSpec, Timeouts, stream_request
 from prober.result import RequestResult
-from prober.settings import TargetConfig, register_secrets, resolve_api_key
+from prober.settings import TargetConfig
 from prober.timings import Slo
 
 log = get_logger("prober.targets")
@@ -50,20 +53,25 @@ class TargetSpec:
     keep_text: bool = False
 
 
-def target_spec(cfg: TargetConfig, *, keep_text: bool = False) -> TargetSpec:
-    """The spec of a validated target config; a ConfigError where its API key cannot be read
-    (the environment variable or file it names: the only input besides `cfg`)."""
+def target_spec(
+    cfg: TargetConfig,
+    *,
+    api_key: str | None,
+    tls: ssl.SSLContext | bool,
+    keep_text: bool = False,
+) -> TargetSpec:
+    """The spec of a validated target config, from its inputs alone: no file or environment
+    is read and nothing registered (`Target.from_config` reads the key, builds `tls`)."""
     headers = dict(cfg.headers)
-    register_secrets(cfg)  # again for a config from load_settings: a set, harmless
-    if (key := resolve_api_key(cfg)) is not None:
-        headers["Authorization"] = f"Bearer {key}"
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
     slo = Slo(cfg.slo.ttft_seconds, cfg.slo.tpot_seconds, cfg.slo.e2e_seconds, cfg.slo.ttfo_seconds)
     return TargetSpec(
         config=cfg,
         labels=Labels(cfg.name, cfg.model),
         slo=slo,
         headers=MappingProxyType(headers),
-        ssl=ssl_context(cfg),
+        ssl=tls,
         timeouts=cfg.timeouts.timeouts(),
         keep_text=keep_text,
     )
@@ -80,7 +88,12 @@ class Target:
 
     @classmethod
     def from_config(cls, cfg: TargetConfig, *, keep_text: bool = False) -> Target:
-        return cls(target_spec(cfg, keep_text=keep_text))
+        """The target `cfg` describes, its spec's I/O done here: the API key (read once, the
+        target's secrets registered with it: `TargetConfig.read_secrets`; a config from
+        `load_settings` was read there) and the CA file's TLS context. A `FieldError` where
+        the key cannot be used."""
+        key, tls = cfg.read_secrets(), ssl_context(cfg)
+        return cls(target_spec(cfg, api_key=key, tls=tls, keep_text=keep_text))
 
     @property
     def config(self) -> TargetConfig:

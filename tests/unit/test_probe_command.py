@@ -43,7 +43,7 @@ def test_a_bad_flag_is_one_problem_naming_it(argv: tuple[str, ...], problem: str
 
 def test_a_bad_key_in_the_variable_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     # The variable is set, but its key cannot go in a header: the fault is found where the key
-    # is read (`resolve_api_key`, a `FieldError` naming `api_key_env`) and named as the flag.
+    # is read (`register_secrets`, a `FieldError` naming `api_key_env`) and named as the flag.
     monkeypatch.setenv("LLMPROBER_TEST_TWO_LINES", "sk-one\nsk-two")
     with pytest.raises(ConfigError) as err:
         probe_target(parse("--url", "http://h/v1", "--api-key-env", "LLMPROBER_TEST_TWO_LINES"))  # type: ignore[arg-type]

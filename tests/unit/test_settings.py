@@ -11,9 +11,9 @@ import yaml
 from prober import kinds
 from prober.bench.cli import add_bench_parser
 from prober.request import Api
-from prober.settings import ConfigError, Settings, load_settings, resolve_api_key
+from prober.settings import ConfigError, Settings, load_settings
 from prober.sim import add_sim_arguments
-from prober.web import WEB_CONFIG, build_app
+from prober.web import TARGETS, WEB_CONFIG, build_app
 
 MINIMAL = """\
 server:
@@ -250,7 +250,7 @@ def test_minimal_config_as_written(tmp_path: Path) -> None:
     assert (t.name, t.url, t.model) == ("local", "http://127.0.0.1:8080/v1", "any")
     assert t.metrics_url is None
     assert t.load is None
-    assert resolve_api_key(t) is None
+    assert t.read_secrets() is None
 
 
 def test_minimal_config_with_metrics_and_load(tmp_path: Path) -> None:
@@ -311,10 +311,13 @@ def test_api_key_from_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     key.write_text("sk-file\n")
     text = TARGET + "    api_key_env: LLMPROBER_TEST_KEY\n"
     text += f"  - name: b\n    url: http://y/v1\n    model: m\n    api_key_file: {key}\n"
-    a, b = load(tmp_path, text).targets
-    assert resolve_api_key(a) == "sk-env"
-    assert resolve_api_key(b) == "sk-file"
-    assert "sk-" not in repr(load(tmp_path, text))  # the secret is never stored in Settings
+    settings = load(tmp_path, text)
+    a, b = settings.targets
+    assert a.read_secrets() == "sk-env"
+    assert b.read_secrets() == "sk-file"
+    # The keys are held in private attributes, no field: never printed or dumped.
+    assert "sk-" not in repr(settings)
+    assert "sk-" not in str(settings.model_dump())
 
 
 # -- one definition per closed set, one read per file ---------------------------------------
@@ -365,6 +368,17 @@ def test_web_config_file_is_read_once(tmp_path: Path) -> None:
     assert app[WEB_CONFIG] is settings.server.web_config
     assert set(app[WEB_CONFIG].users) == {"alice"}
     assert load(tmp_path, TARGET).server.web_config.users == {}
+
+
+def test_the_api_key_is_read_once(tmp_path: Path) -> None:
+    """The daemon sends with the key that load_settings read and checked; it reads no file
+    again (nor registers the target's secrets twice)."""
+    key = tmp_path / "key"
+    key.write_text("sk-read-once-123456\n")
+    settings = load(tmp_path, TARGET + f"    api_key_file: {key}\n")
+    key.unlink()
+    [target] = build_app(settings)[TARGETS].values()
+    assert target.spec.headers["Authorization"] == "Bearer sk-read-once-123456"
 
 
 def test_web_config_faults_are_reported_beside_the_others(tmp_path: Path) -> None:
