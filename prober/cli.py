@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from prober import __version__
 from prober.logs import get_logger, setup_logging
-from prober.request import Api
+from prober.request import DEFAULT_TIMEOUTS, Api
 from prober.request.wire import client_session
 from prober.settings import ConfigError, FieldError, ServerConfig, TargetConfig, load_settings
 from prober.summary import result_summary
@@ -81,7 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--prompt-tokens", type=_positive_int, default=64)
     probe.add_argument("--max-tokens", type=_positive_int, default=16)
     probe.add_argument("--api-key-env", metavar="VAR", help="environment variable with the key")
-    probe.add_argument("--timeout", type=_positive_float, default=60.0, help="total seconds")
+    # One probe gives up where the daemon's would stop waiting for a first token.
+    timeout = DEFAULT_TIMEOUTS.first_token_seconds
+    probe.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=timeout,
+        help=f"first-token and total timeout, seconds (default {timeout:g})",
+    )
     probe.add_argument("--json", action="store_true", help="print one JSON object")
 
     from prober.sim import add_sim_arguments

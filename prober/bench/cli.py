@@ -24,6 +24,7 @@ import yaml
 from prober.bench.config import FLAGS, BenchConfig, Mode, parse_levels
 from prober.bench.runner import BenchRunner, PreflightError
 from prober.kinds import ARRIVALS, EVENT_LOOPS, Api
+from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS
 from prober.runtime import LoopUnavailable, new_event_loop, tune_gc
 from prober.settings import ConfigError, FieldError
 from prober.validation import wrong
@@ -61,8 +62,16 @@ _VALUES: tuple[tuple[str, str, str], ...] = (
     ("--slo-e2e", "S", "goodput SLO on E2E, seconds (default none)"),
     ("--capacity-goodput", "RATIO", "goodput ratio a level needs to count as capacity (0.9)"),
     ("--target-rate", "R", "req/s to size slots for: R x mean E2E at capacity"),
-    ("--timeout", "S", "per-request first-token and total timeout (default 300)"),
-    ("--connect-timeout", "S", "connect timeout, also of the pre-flight (default 3)"),
+    (
+        "--timeout",
+        "S",
+        f"per-request first-token and total timeout (default {DEFAULT_TIMEOUTS.total_seconds:g})",
+    ),
+    (
+        "--connect-timeout",
+        "S",
+        f"connect timeout, also of the pre-flight (default {BENCH_CONNECT_SECONDS:g})",
+    ),
     ("--max-in-flight", "N", "open loop: arrivals beyond this many in flight are dropped (1000)"),
 )
 

@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 
 from prober.kinds import Api, Arrival, EventLoopChoice
 from prober.loadconfig import LengthConfig, LoadConfig, RateSchedule, TraceConfig, lengths_field
+from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo
 from prober.validation import OneLineModel, describe, within, wrong
@@ -141,8 +142,8 @@ class BenchConfig(OneLineModel):
     target_rate: Seconds | None = None
     ignore_eos: bool = False
     api_key_env: str | None = None
-    timeout_seconds: Seconds = 300.0
-    connect_timeout_seconds: Seconds = 3.0
+    timeout_seconds: Seconds = DEFAULT_TIMEOUTS.total_seconds  # of the first token, and total
+    connect_timeout_seconds: Seconds = BENCH_CONNECT_SECONDS
     max_in_flight: Count = 1000
     event_loop: EventLoopChoice = "auto"
 
@@ -273,7 +274,7 @@ class BenchConfig(OneLineModel):
                 "connect_seconds": self.connect_timeout_seconds,
                 "first_token_seconds": self.timeout_seconds,
                 "total_seconds": self.timeout_seconds,
-                "idle_seconds": min(30.0, self.timeout_seconds),
+                "idle_seconds": min(DEFAULT_TIMEOUTS.idle_seconds, self.timeout_seconds),
             },
         }
         try:

@@ -18,6 +18,19 @@ The rest of the prober imports the names below from here, and anything else from
 """
 
 from prober.kinds import Api
-from prober.request.send import DEFAULT_TIMEOUTS, RequestSpec, Timeouts, stream_request
+from prober.request.send import (
+    BENCH_CONNECT_SECONDS,
+    DEFAULT_TIMEOUTS,
+    RequestSpec,
+    Timeouts,
+    stream_request,
+)
 
-__all__ = ["DEFAULT_TIMEOUTS", "Api", "RequestSpec", "Timeouts", "stream_request"]
+__all__ = [
+    "BENCH_CONNECT_SECONDS",
+    "DEFAULT_TIMEOUTS",
+    "Api",
+    "RequestSpec",
+    "Timeouts",
+    "stream_request",
+]

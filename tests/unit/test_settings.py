@@ -10,7 +10,9 @@ import yaml
 
 from prober import kinds
 from prober.bench.cli import add_bench_parser
-from prober.request import Api
+from prober.bench.config import BenchConfig
+from prober.cli import build_parser, probe_target
+from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS, Api, Timeouts
 from prober.settings import ConfigError, Settings, load_settings
 from prober.sim import add_sim_arguments
 from prober.web import TARGETS, WEB_CONFIG, build_app
@@ -336,6 +338,17 @@ def test_closed_sets_come_from_kinds(tmp_path: Path) -> None:
     [t] = load(tmp_path, TARGET + "    engine: vllm\n    connection: fresh\n").targets
     assert t.engine is kinds.Engine.vllm
     assert t.connection == "fresh"
+
+
+def test_probe_and_bench_take_their_timeouts_from_the_one_default() -> None:
+    d = DEFAULT_TIMEOUTS
+    args = build_parser().parse_args(["probe", "--url", "http://h/v1", "--model", "m"])
+    assert probe_target(args).spec.timeouts == Timeouts(
+        d.connect_seconds, d.first_token_seconds, d.idle_seconds, d.first_token_seconds
+    )
+    bench = BenchConfig(url="http://h/v1", model="m").target_config().timeouts.timeouts()
+    total = d.total_seconds  # bench's --timeout: of the first token, and total
+    assert bench == Timeouts(BENCH_CONNECT_SECONDS, total, d.idle_seconds, total)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
