@@ -57,7 +57,7 @@ async def _drive(
     from prober.capacity.target import TargetCapacity
     from prober.load import LoadDriver
     from prober.metrics import Metrics
-    from prober.record import Recorder
+    from prober.record import Recorder, ScrapeRecorder
     from prober.result import RequestResult
     from prober.settings import LoadConfig, TargetConfig
     from prober.targets import Target
@@ -67,7 +67,7 @@ async def _drive(
     cfg = TargetConfig(name="bench", url=f"http://127.0.0.1:{port}/v1", model="sim", load=load)
     target = Target.from_config(cfg)
     metrics = Metrics(CollectorRegistry())
-    capacity = TargetCapacity(target, metrics, own_load=OwnLoad())
+    capacity = TargetCapacity(target, ScrapeRecorder(metrics), own_load=OwnLoad())
     recorder = Recorder(metrics, {target.name: capacity})
     # Only plain ints are kept (never tracked by the GC): holding every RequestResult would
     # grow the heap the collector walks, which the daemon, keeping none, never does.

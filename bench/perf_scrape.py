@@ -89,7 +89,11 @@ def build(targets: int, results: int) -> tuple[object, object]:
                     wall_start=time.time(),
                 )  # fmt: skip
                 metrics.record(result, target.labels, mode, target.slo)
-                app[CAPACITY][name].observe(result)
+                # The queue wait the capacity returns, written as the daemon's recorder does.
+                wait = app[CAPACITY][name].observe(result)
+                if wait is not None:
+                    key = target.labels
+                    metrics.queue_wait.labels(key.target, key.model).observe(wait)
     return app, metrics.registry
 
 

@@ -228,7 +228,7 @@ LOAD_DROPPED = _target(
     "Arrivals not sent because the in-flight cap was reached.",
 )  # fmt: skip
 
-# --- capacity (`TargetCapacity`; the gauges are `CapacityCollector`'s, built at scrape time) --
+# --- capacity (`record` writes these two; the gauges are `CapacityCollector`'s, at scrape time) --
 SERVER_SCRAPE_ERRORS = _target(
     "llmprober_server_scrape_errors_total", Kind.COUNTER,
     "Failed scrapes of the engine's own /metrics.",

@@ -13,6 +13,10 @@ Every result, whichever path produced it, goes through `Recorder.record(target, 
   estimate, which counts the probes in flight and did not count this one.
 
 A request cut short (shutdown, a stopped load) is recorded too, as `cancelled` builds it.
+
+This module writes every per-target series: the recorder what a result yields (the queue wait
+the capacity returns included) and what the scheduler and load driver report, and
+`ScrapeRecorder` the engine scrapes that failed, which no result carries.
 """
 
 from __future__ import annotations
@@ -75,8 +79,21 @@ def log_probe(bound: Any, r: RequestResult) -> None:
         bound.warning("probe_failed", error=r.error, http_status=r.http_status, **fields)
 
 
+class ScrapeRecorder:
+    """Counts a target's failed engine scrapes for its `TargetCapacity.watch`: a writer apart
+    from `Recorder`, since each capacity is built with it before the recorder that holds them."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def scrape_failed(self, target: Target) -> None:
+        labels = target.labels
+        self.metrics.server_scrape_errors.labels(labels.target, labels.model).inc()
+
+
 class Recorder:
-    """Records finished requests on `metrics` and feeds each target's `capacity`.
+    """Records finished requests on `metrics` and feeds each target's `capacity`, recording
+    the queue waits it returns.
 
     `wall_clock` stamps the last probe's time (a gauge in Unix seconds, never a latency).
     """
@@ -121,7 +138,7 @@ class Recorder:
         self._count(target, result, mode)
         cap = self.capacity.get(target.name)
         if cap is not None and mode is not Mode.ON_DEMAND:
-            cap.observe(result, probe=mode is Mode.PROBE)
+            self._queue_waits(target, cap.observe(result, probe=mode is Mode.PROBE))
 
     def record_pair(self, target: Target, primary: RequestResult, companion: RequestResult) -> None:
         """A probe and the companion sent while it decoded: two probes, read together."""
@@ -129,7 +146,13 @@ class Recorder:
         self._count(target, companion, Mode.PROBE)
         cap = self.capacity.get(target.name)
         if cap is not None:
-            cap.observe_pair(primary, companion)
+            self._queue_waits(target, *cap.observe_pair(primary, companion))
+
+    def _queue_waits(self, target: Target, *waits: float | None) -> None:
+        labels = target.labels
+        for wait in waits:
+            if wait is not None:
+                self.metrics.queue_wait.labels(labels.target, labels.model).observe(wait)
 
     def _count(self, target: Target, result: RequestResult, mode: Mode) -> None:
         labels = target.labels

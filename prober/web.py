@@ -39,7 +39,7 @@ from prober.capacity.own import OwnLoad
 from prober.capacity.target import CapacityCollector, TargetCapacity
 from prober.load import LoadDriver
 from prober.metrics import Metrics
-from prober.record import Mode, Recorder, cancelled
+from prober.record import Mode, Recorder, ScrapeRecorder, cancelled
 from prober.request.wire import client_session, report_stamping
 from prober.result import RequestResult
 from prober.schedule import ProbeScheduler
@@ -100,8 +100,9 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     app[METRICS] = Metrics(registry if registry is not None else CollectorRegistry())
     # A replica reports capacity for the targets it probes and those it sends load to; a
     # target's load driver counts its requests in flight in its capacity's `own_load`.
+    scrapes = ScrapeRecorder(app[METRICS])
     app[CAPACITY] = {
-        n: TargetCapacity(t, app[METRICS], own_load=OwnLoad() if t.config.load else None)
+        n: TargetCapacity(t, scrapes, own_load=OwnLoad() if t.config.load else None)
         for n, t in app[TARGETS].items()
         if n in app[PROBED] or t.config.load is not None
     }

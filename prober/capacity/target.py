@@ -1,9 +1,10 @@
 """Capacity signals of each target: the queue estimate and the server's own truth.
 
-`TargetCapacity` feeds finished requests to the `QueueEstimator`, scrapes the engine's
-`/metrics` on its own schedule (a failed scrape is counted and never stops probing), and
-`CapacityCollector` exports both at scrape time, the estimate always and the server truth
-beside it (`source="server"`) where the engine reports one.
+`TargetCapacity` feeds finished requests to the `QueueEstimator` (returning each queue wait to
+the recorder that writes it), scrapes the engine's `/metrics` on its own schedule (a failed
+scrape is handed to its `ScrapeRecord` and never stops probing), and `CapacityCollector`
+exports both at scrape time, the estimate always and the server truth beside it
+(`source="server"`) where the engine reports one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily
@@ -24,7 +26,6 @@ from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, s
 from prober.kinds import Basis, Drain
 from prober.logs import get_logger
 from prober.metric_specs import gauge_family
-from prober.metrics import Metrics
 from prober.result import RequestResult
 from prober.targets import Target
 
@@ -32,9 +33,18 @@ log = get_logger("prober.capacity")
 _RATE_WINDOW_SECONDS = 30.0
 
 
+class ScrapeRecord(Protocol):
+    """Where a failed engine scrape is counted (`record.ScrapeRecorder`): recording is a layer
+    above capacity, so the capacity names only this."""
+
+    def scrape_failed(self, target: Target) -> None: ...
+
+
 class TargetCapacity:
     """One target's queue estimate, fed by its probes and load, and its engine's own figures.
 
+    It writes no series: the queue waits go back to the recorder that fed it the result, and
+    `scrapes` counts the failures of `watch`, which has no caller to return them to.
     `own_load` is the load driver's live count of its requests, when the target has load: the
     same object goes to the target's `LoadDriver`. `clock` (monotonic seconds) times the
     probes in flight, the estimate's window and the server's completion rate.
@@ -43,13 +53,13 @@ class TargetCapacity:
     def __init__(
         self,
         target: Target,
-        metrics: Metrics,
+        scrapes: ScrapeRecord,
         own_load: OwnLoad | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = target
-        self._metrics = metrics
+        self._scrapes = scrapes
         self.own_load = own_load
         self._clock = clock
         cfg = target.config
@@ -74,14 +84,16 @@ class TargetCapacity:
         self._server_full = 0
         self._completed: deque[tuple[float, float]] = deque()
 
-    def observe(self, result: RequestResult, *, probe: bool = False) -> None:
-        """A finished load request or probe (a probe's result also feeds the probes-alone path)."""
-        self._queue_wait(self.estimator.observe(result, probe=probe))
+    def observe(self, result: RequestResult, *, probe: bool = False) -> float | None:
+        """A finished load request or probe (a probe's result also feeds the probes-alone
+        path); returns its queue wait, None where it had no token."""
+        return self.estimator.observe(result, probe=probe)
 
-    def observe_pair(self, primary: RequestResult, companion: RequestResult) -> None:
-        """A probe and its companion (see `QueueEstimator.observe_pair`)."""
-        for wait in self.estimator.observe_pair(primary, companion):
-            self._queue_wait(wait)
+    def observe_pair(
+        self, primary: RequestResult, companion: RequestResult
+    ) -> tuple[float | None, float | None]:
+        """A probe and its companion (see `QueueEstimator.observe_pair`); both queue waits."""
+        return self.estimator.observe_pair(primary, companion)
 
     def companion_delay(self, fraction: float, draw: float) -> float | None:
         """When to send a companion after a probe's first token (`fraction` of its expected
@@ -94,11 +106,6 @@ class TargetCapacity:
             return None
         wanted = foreign.learning or draw < self.target.config.pair_share
         return fraction * decode if wanted else None
-
-    def _queue_wait(self, wait: float | None) -> None:
-        if wait is not None:
-            labels = self.target.labels
-            self._metrics.queue_wait.labels(labels.target, labels.model).observe(wait)
 
     def server_drain_rate(self) -> float | None:
         """Requests/s the server completed over the last half minute, from its counter."""
@@ -120,8 +127,7 @@ class TargetCapacity:
                 snap = await scrape(session, cfg.metrics_url, engine, cfg.timeouts.connect_seconds)
             except ServerMetricsError as exc:
                 self.snapshot = None
-                labels = self.target.labels
-                self._metrics.server_scrape_errors.labels(labels.target, labels.model).inc()
+                self._scrapes.scrape_failed(self.target)
                 bound.warning("server_scrape_failed", error=str(exc))
             else:
                 self._keep(snap, started)

@@ -18,6 +18,7 @@ from prober.capacity.server import Engine, ServerSnapshot
 from prober.capacity.target import CapacityCollector, TargetCapacity, saturation
 from prober.kinds import Basis
 from prober.metrics import Metrics
+from prober.record import Mode, Recorder, ScrapeRecorder
 from prober.result import Outcome, RequestResult
 from prober.settings import TargetConfig
 from prober.targets import Target
@@ -30,8 +31,8 @@ def capacity(
     clock: Clock, own_load: OwnLoad | None = None, metrics: Metrics | None = None, **kw: Any
 ) -> TargetCapacity:
     cfg = TargetConfig(name="t", url="http://127.0.0.1:1/v1", model="m", **kw)
-    metrics = metrics or Metrics(CollectorRegistry())
-    return TargetCapacity(Target.from_config(cfg), metrics, own_load, clock=clock)
+    scrapes = ScrapeRecorder(metrics or Metrics(CollectorRegistry()))
+    return TargetCapacity(Target.from_config(cfg), scrapes, own_load, clock=clock)
 
 
 def probe(
@@ -94,7 +95,9 @@ def test_without_a_slots_hint_learning_lasts_until_the_slots_are_learned() -> No
 def test_a_probe_records_its_queue_wait() -> None:
     metrics = Metrics(CollectorRegistry())
     cap = capacity(Clock(), metrics=metrics, slots=4)
-    cap.observe(probe(0.0, 0.55, [0.02] * 10), probe=True)  # 0.55 s to first, 0.05 prefill
+    recorder = Recorder(metrics, {"t": cap})
+    # 0.55 s to first, 0.05 prefill
+    recorder.record(cap.target, probe(0.0, 0.55, [0.02] * 10), Mode.PROBE)
     sample = metrics.registry.get_sample_value(
         "llmprober_queue_wait_seconds_sum", {"target": "t", "model": "m"}
     )

@@ -134,13 +134,12 @@ def test_the_check_sees_lazy_and_relative_imports() -> None:
 
 
 # Who writes the daemon's series (docs/design.md §1): `metrics` declares them and records a
-# result; `record` is the one writer of every per-target series; `capacity/target` writes the
-# capacity's own (queue wait, scrape errors) as it observes; `request/wire` sets the
+# result; `record` is the one writer of every per-target series, the capacity's included (the
+# queue waits it returns, the failed engine scrapes it reports); `request/wire` sets the
 # process-wide stamping gauge once. A series written anywhere else is a second writer.
 WRITERS = {
     "prober/metrics.py",
     "prober/record.py",
-    "prober/capacity/target.py",
     "prober/request/wire.py",
 }
 WRITES = (".labels(", ".describe_target(", ".record_probe(", ".expect(", "metrics.record(")

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from prober.capacity.target import TargetCapacity
 from prober.metrics import Metrics
-from prober.record import Mode, Recorder, cancelled
+from prober.record import Mode, Recorder, ScrapeRecorder, cancelled
 from prober.result import Outcome, RequestResult
 from prober.schedule import ProbeScheduler
 from prober.settings import TargetConfig
@@ -176,13 +176,13 @@ async def test_a_companion_joins_the_probe_when_the_capacity_asks_for_one() -> N
     endpoint = Endpoint()
     t = target(endpoint, slots=4)
     metrics = Metrics(CollectorRegistry())
-    cap = TargetCapacity(t, metrics, clock=Clock())
+    cap = TargetCapacity(t, ScrapeRecorder(metrics), clock=Clock())
     pairs: list[tuple[RequestResult, RequestResult]] = []
     observe_pair = cap.observe_pair
 
-    def spy(primary: RequestResult, companion: RequestResult) -> None:
+    def spy(primary: RequestResult, companion: RequestResult) -> tuple[float | None, float | None]:
         pairs.append((primary, companion))
-        observe_pair(primary, companion)
+        return observe_pair(primary, companion)
 
     cap.observe_pair = spy  # type: ignore[method-assign]
     scheduler = ProbeScheduler(SESSIONS, [t], Recorder(metrics, {"t": cap}))
@@ -199,6 +199,7 @@ async def test_a_companion_joins_the_probe_when_the_capacity_asks_for_one() -> N
     primary, companion = pairs[0]
     assert companion.t_sched_ns > primary.t_sched_ns
     assert requests(metrics) == 3.0  # the companion is a probe too
+    assert value(metrics, "llmprober_queue_wait_seconds_count") == 3.0  # both of the pair
 
 
 async def test_every_probe_is_counted_in_flight_for_the_estimate_while_it_runs() -> None:
@@ -207,7 +208,7 @@ async def test_every_probe_is_counted_in_flight_for_the_estimate_while_it_runs()
     t = target(endpoint)
     clock = Clock()
     metrics = Metrics(CollectorRegistry())
-    cap = TargetCapacity(t, metrics, clock=clock)
+    cap = TargetCapacity(t, ScrapeRecorder(metrics), clock=clock)
     scheduler = ProbeScheduler(SESSIONS, [t], Recorder(metrics, {"t": cap}))
     job = asyncio.create_task(scheduler._job("t"))
     await soon(endpoint.entered)
@@ -227,7 +228,7 @@ async def test_every_probe_is_counted_in_flight_for_the_estimate_while_it_runs()
 def test_load_results_feed_metrics_and_the_estimate_but_no_probe_gauges() -> None:
     t = target(Endpoint())
     metrics = Metrics(CollectorRegistry())
-    cap = TargetCapacity(t, metrics, clock=Clock())
+    cap = TargetCapacity(t, ScrapeRecorder(metrics), clock=Clock())
     Recorder(metrics, {"t": cap}).record(t, answer(0), Mode.LOAD)
     assert requests(metrics, mode="load") == 1.0
     assert value(metrics, "llmprober_probe_success") is None
@@ -239,7 +240,7 @@ def test_load_results_feed_metrics_and_the_estimate_but_no_probe_gauges() -> Non
 def test_a_probe_feeds_the_probes_alone_estimate() -> None:
     t = target(Endpoint())
     metrics = Metrics(CollectorRegistry())
-    cap = TargetCapacity(t, metrics, clock=Clock())
+    cap = TargetCapacity(t, ScrapeRecorder(metrics), clock=Clock())
     Recorder(metrics, {"t": cap}).record(t, answer(0), Mode.PROBE)
     assert value(metrics, "llmprober_queue_wait_seconds_count") == 1.0
     assert cap.companion_delay(0.4, 0.0) == pytest.approx(0.004)
@@ -248,7 +249,7 @@ def test_a_probe_feeds_the_probes_alone_estimate() -> None:
 def test_an_on_demand_probe_is_a_probe_in_the_metrics_but_never_in_the_estimate() -> None:
     t = target(Endpoint())
     metrics = Metrics(CollectorRegistry())
-    cap = TargetCapacity(t, metrics, clock=Clock())
+    cap = TargetCapacity(t, ScrapeRecorder(metrics), clock=Clock())
     Recorder(metrics, {"t": cap}, wall_clock=lambda: WALL).record(t, answer(0), Mode.ON_DEMAND)
     assert requests(metrics) == 1.0
     assert value(metrics, "llmprober_probe_success") == 1.0

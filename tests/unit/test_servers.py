@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from prober.capacity.server import (
@@ -22,6 +23,11 @@ from prober.capacity.server import (
     parse_metrics,
     scrape,
 )
+from prober.capacity.target import TargetCapacity
+from prober.metrics import Metrics
+from prober.record import ScrapeRecorder
+from prober.settings import TargetConfig
+from prober.targets import Target
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
@@ -379,3 +385,28 @@ async def test_scrape_lets_cancellation_propagate(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_watched_scrape_that_fails_is_counted_and_drops_the_snapshot(
+    server: MetricsServer, session: aiohttp.ClientSession
+) -> None:
+    metrics = Metrics(CollectorRegistry())
+    cfg = TargetConfig(
+        name="t", url="http://127.0.0.1:1/v1", model="m", metrics_url=f"{server.base}/500"
+    )
+    cap = TargetCapacity(Target.from_config(cfg), ScrapeRecorder(metrics))
+    cap.snapshot = EXPECTED["vllm"]  # a good scrape's, before the engine's /metrics broke
+    watch = asyncio.create_task(cap.watch(session))
+    labels = {"target": "t", "model": "m"}
+
+    def errors() -> float | None:
+        return metrics.registry.get_sample_value("llmprober_server_scrape_errors_total", labels)
+
+    for _ in range(500):  # the first scrape, at once; the next only after 5 s
+        if errors() is not None:
+            break
+        await asyncio.sleep(0.01)
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+    assert errors() == 1.0
+    assert cap.snapshot is None
