@@ -12,9 +12,7 @@ import pytest
 
 from prober.arrivals import RateClock, arrival_offsets, scheduled_offsets
 from prober.capacity.own import OwnLoad, PrefillBaseline, QueueEstimator, SlotOccupancy
-from prober.result import Outcome, RequestResult
-
-S = 1_000_000_000
+from tests.support.results import timed_result
 
 
 def test_poisson_offsets_are_seeded_and_have_the_right_mean() -> None:
@@ -175,22 +173,15 @@ def test_slot_occupancy_learns_slots_full_only_now_and_then() -> None:
     assert occupancy.peak == 5
 
 
-def _result(send: float, first: float, end: float, prefill: float) -> RequestResult:
-    return RequestResult(
-        Outcome.OK, int(send * S), int(send * S), int(end * S),
-        t_first_token_ns=int(first * S), t_first_content_ns=int(first * S),
-        t_last_token_ns=int(end * S), token_event_ns=(int(first * S), int(end * S)),
-        prompt_tokens=64, output_tokens=2, server_prefill_seconds=prefill,
-    )  # fmt: skip
-
-
 def test_own_load_waiting_is_in_flight_beyond_learned_slots() -> None:
     clock = [100.0]
     own = OwnLoad()
     estimator = QueueEstimator(clock=lambda: clock[0], own_load=own)
     # Three requests held slots together: the engine has at least three.
     for start in (0.0, 0.1, 0.2):
-        estimator.observe(_result(start, start + 0.2, start + 2.0, prefill=0.2))
+        estimator.observe(
+            timed_result(start, start + 0.2, start + 2.0, prefill=0.2, prompt_tokens=64)
+        )
     assert own.slots == 3
     for _ in range(7):
         own.sent()
@@ -202,13 +193,15 @@ def test_own_load_waiting_is_in_flight_beyond_learned_slots() -> None:
 
 def test_queue_wait_is_ttft_minus_server_prefill() -> None:
     estimator = QueueEstimator()
-    assert estimator.observe(_result(0.0, 1.5, 2.0, prefill=0.25)) == pytest.approx(1.25)
+    queued = timed_result(0.0, 1.5, 2.0, prefill=0.25, prompt_tokens=64)
+    assert estimator.observe(queued) == pytest.approx(1.25)
 
 
 def test_littles_law_path_uses_the_server_drain_rate() -> None:
     clock = [10.0]
     estimator = QueueEstimator(clock=lambda: clock[0], server_drain_rate=lambda: 2.0)
-    estimator.observe(_result(0.0, 1.2, 3.2, prefill=0.2))  # waited 1.0 s, decoded 2.0 s
+    # Waited 1.0 s, decoded 2.0 s.
+    estimator.observe(timed_result(0.0, 1.2, 3.2, prefill=0.2, prompt_tokens=64))
     estimate = estimator.estimate()
     assert estimate.wait_seconds == pytest.approx(1.0)
     assert estimate.waiting == pytest.approx(2.0)  # L_q = μ · W_q
@@ -229,7 +222,8 @@ def test_window_means_follow_the_window_as_it_slides() -> None:
         clock[0] += rng.expovariate(20.0)
         prefill = rng.uniform(0.01, 0.1)
         wait = rng.choice([0.0, rng.uniform(0.0, 30.0)])
-        estimator.observe(_result(0.0, prefill + wait, prefill + wait + 1.0, prefill=prefill))
+        first = prefill + wait
+        estimator.observe(timed_result(0.0, first, first + 1.0, prefill=prefill, prompt_tokens=64))
         kept.append((clock[0], wait))
         window = [w for t, w in kept if t >= clock[0] - 10.0]
         assert estimator.estimate().wait_seconds == pytest.approx(sum(window) / len(window))

@@ -21,10 +21,9 @@ from prober.capacity.probes import (
     slots_from,
 )
 from prober.kinds import Drain
-from prober.result import Outcome, RequestResult
 from tests.support.clock import Clock
+from tests.support.results import timed_result
 
-S = 1_000_000_000
 ALPHA, BETA = 0.020, 0.006  # gap(b) = α + β·(b − 1)
 
 
@@ -301,18 +300,6 @@ def test_no_figure_without_slots_or_data() -> None:
     assert est.estimate(0.05).basis is Basis.NONE
 
 
-def _result(send: float, first: float, end: float, gaps: list[float]) -> RequestResult:
-    stamps = [int(first * S)]
-    for g in gaps:
-        stamps.append(stamps[-1] + int(g * S))
-    return RequestResult(
-        Outcome.OK, int(send * S), int(send * S), int(end * S),
-        t_first_token_ns=int(first * S), t_first_content_ns=int(first * S),
-        t_last_token_ns=stamps[-1], token_event_ns=tuple(stamps), prompt_tokens=40,
-        output_tokens=len(stamps), server_prefill_seconds=0.05,
-    )  # fmt: skip
-
-
 def test_a_pair_gives_the_jump_of_one_more_sequence() -> None:
     clock = Clock()
     foreign = _estimator(clock)
@@ -321,9 +308,14 @@ def test_a_pair_gives_the_jump_of_one_more_sequence() -> None:
     # that decode, joins at 0.3 s; the first probe's gaps then grow by β.
     before = [gap(2)] * 8
     after = [gap(3)] * 10
-    primary = _result(0.0, 0.05, 0.05 + sum(before) + 0.05 + sum(after), [*before, 0.05, *after])
+    end = 0.05 + sum(before) + 0.05 + sum(after)
+    gaps = [*before, 0.05, *after]
+    primary = timed_result(0.0, 0.05, end, gaps=gaps, prefill=0.05, prompt_tokens=40)
     c_send = 0.05 + sum(before) + 0.001
-    companion = _result(c_send, c_send + 0.05, c_send + 0.05 + 12 * gap(3), [gap(3)] * 12)
+    c_end = c_send + 0.05 + 12 * gap(3)
+    companion = timed_result(
+        c_send, c_send + 0.05, c_end, gaps=[gap(3)] * 12, prefill=0.05, prompt_tokens=40
+    )
     waits = estimator.observe_pair(primary, companion)
     assert waits[0] == pytest.approx(0.0, abs=1e-9)
     assert foreign.decode._jumps == pytest.approx([BETA])

@@ -21,7 +21,6 @@ from prober.result import FinishReason, Outcome, RequestResult, TokenSource
 from prober.timings import Slo
 from tests.support.sse import chunk, sse
 
-S = 1_000_000_000
 MS = 1_000_000
 SLO = Slo(ttft_seconds=2.0, tpot_seconds=0.2)
 
