@@ -28,12 +28,12 @@ from prober.bench.stats import (
 )
 from prober.result import Outcome, RequestResult, TokenSource
 from prober.timings import Slo
+from tests.support.results import S
 
-S = 1_000_000_000  # one second in ns
 SLO = Slo(ttft_seconds=1.0, tpot_seconds=0.1)
 
 
-def result(
+def evenly_streamed(
     send: float,
     end: float,
     *,
@@ -42,7 +42,8 @@ def result(
     outcome: Outcome = Outcome.OK,
     sched: float | None = None,
 ) -> RequestResult:
-    """A request sent at `send` s, first token at `first` (default send + 0.1), ending at `end`."""
+    """A request sent at `send` s, first token at `first` (default send + 0.1), ending at `end`,
+    its `tokens` token events evenly spread from the first token to the end."""
     t_first = send + 0.1 if first is None else first
     events = tuple(int((t_first + i * (end - t_first) / max(tokens - 1, 1)) * S)
                    for i in range(tokens))  # fmt: skip
@@ -88,14 +89,20 @@ def test_distribution_keys_and_empty() -> None:
 
 
 def test_in_flight_area_clips_to_window() -> None:
-    rs = [result(0, 2), result(1, 3)]
+    rs = [evenly_streamed(0, 2), evenly_streamed(1, 3)]
     assert in_flight_area(rs, 0, 3 * S) == pytest.approx(4.0)
     assert in_flight_area(rs, 1 * S, 2 * S) == pytest.approx(2.0)
 
 
 def test_littles_law_closed_loop_two_workers() -> None:
     # Two workers, each back to back: 0-1, 1-2, 2-3 and 0-1.5, 1.5-3.
-    rs = [result(0, 1), result(1, 2), result(2, 3), result(0, 1.5), result(1.5, 3)]
+    rs = [
+        evenly_streamed(0, 1),
+        evenly_streamed(1, 2),
+        evenly_streamed(2, 3),
+        evenly_streamed(0, 1.5),
+        evenly_streamed(1.5, 3),
+    ]
     law = littles_law(rs)
     assert law["window_seconds"] == pytest.approx(3.0)
     assert law["mean_in_flight"] == pytest.approx(2.0)
@@ -110,7 +117,11 @@ def test_littles_law_closed_loop_two_workers() -> None:
 
 def test_littles_law_failures_hold_the_server() -> None:
     # A request that times out after 2 s occupies the server but never completes: L > λW.
-    rs = [result(0, 1), result(1, 2), result(0, 2, outcome=Outcome.TIMEOUT_TOTAL)]
+    rs = [
+        evenly_streamed(0, 1),
+        evenly_streamed(1, 2),
+        evenly_streamed(0, 2, outcome=Outcome.TIMEOUT_TOTAL),
+    ]
     law = littles_law(rs)
     assert law["mean_in_flight"] == pytest.approx(2.0)
     assert law["lambda_times_w"] == pytest.approx(1.0)
@@ -120,7 +131,12 @@ def test_littles_law_failures_hold_the_server() -> None:
 def test_littles_law_against_the_configured_concurrency() -> None:
     # Two workers configured, but a 1 s gap before each second request: the client held
     # fewer than 2, which λW / C shows and L / λW (an identity) cannot.
-    rs = [result(0, 1), result(2, 3), result(0, 1), result(2, 3)]
+    rs = [
+        evenly_streamed(0, 1),
+        evenly_streamed(2, 3),
+        evenly_streamed(0, 1),
+        evenly_streamed(2, 3),
+    ]
     law = littles_law(rs, concurrency=2)
     assert law["ratio"] == pytest.approx(1.0)
     assert law["configured_concurrency"] == 2
@@ -129,7 +145,7 @@ def test_littles_law_against_the_configured_concurrency() -> None:
 
 
 def test_queue_wait_from_server_prefill_or_the_envelope() -> None:
-    fast, slow = result(0, 1, first=0.1), result(0, 2, first=0.6)
+    fast, slow = evenly_streamed(0, 1, first=0.1), evenly_streamed(0, 2, first=0.6)
     baseline = prefill_baseline([fast, slow])  # same prompt length: the floor is 0.1 s
     assert queue_wait(fast, baseline) == pytest.approx(0.0)
     assert queue_wait(slow, baseline) == pytest.approx(0.5)
@@ -138,23 +154,23 @@ def test_queue_wait_from_server_prefill_or_the_envelope() -> None:
     reported = dataclasses.replace(slow, server_prefill_seconds=0.2)
     assert queue_wait(reported, baseline) == pytest.approx(0.4)
     assert service_time(reported, baseline) == pytest.approx(1.6)
-    failed = result(0, 1, outcome=Outcome.TIMEOUT_FIRST_TOKEN)
+    failed = evenly_streamed(0, 1, outcome=Outcome.TIMEOUT_FIRST_TOKEN)
     assert queue_wait(failed, baseline) is None
 
 
 def test_summary_has_queue_wait_and_service_time() -> None:
-    rs = [result(0, 1, first=0.1), result(0, 2, first=0.6)]
+    rs = [evenly_streamed(0, 1, first=0.1), evenly_streamed(0, 2, first=0.6)]
     s = summarize(rs, SLO)
     assert s["queue_wait_seconds"]["mean"] == pytest.approx(0.25)
     assert s["service_time_seconds"]["mean"] == pytest.approx(1.25)
     # A sweep-wide envelope (here: a faster request elsewhere) is used when given.
-    faster = prefill_baseline([result(0, 1, first=0.05)])
+    faster = prefill_baseline([evenly_streamed(0, 1, first=0.05)])
     assert summarize(rs, SLO, baseline=faster)["queue_wait_seconds"]["mean"] == pytest.approx(0.3)
 
 
 def test_arrival_window_growth_shows_a_building_queue() -> None:
     # One arrival a second, each staying longer than the last: the queue builds.
-    rs = [result(i, i + 1 + i, first=i + 0.5 + i) for i in range(6)]
+    rs = [evenly_streamed(i, i + 1 + i, first=i + 0.5 + i) for i in range(6)]
     window = littles_law(rs)["arrival_window"]
     assert window["growth"] > 1.5
 
@@ -164,10 +180,10 @@ def test_arrival_window_growth_shows_a_building_queue() -> None:
 
 def test_summarize_counts_outcomes_goodput_and_throughput() -> None:
     rs = [
-        result(0, 1),  # TTFT 0.1, TPOT 0.3: fails the 0.1 s TPOT SLO
-        result(0, 0.4),  # TTFT 0.1, TPOT 0.1: good
-        result(0, 0.5, first=0.2, sched=-1.0),  # TTFT from t_sched = 1.2 s: fails TTFT SLO
-        result(0, 2, outcome=Outcome.HTTP_5XX),
+        evenly_streamed(0, 1),  # TTFT 0.1, TPOT 0.3: fails the 0.1 s TPOT SLO
+        evenly_streamed(0, 0.4),  # TTFT 0.1, TPOT 0.1: good
+        evenly_streamed(0, 0.5, first=0.2, sched=-1.0),  # TTFT from t_sched = 1.2 s: fails TTFT SLO
+        evenly_streamed(0, 2, outcome=Outcome.HTTP_5XX),
     ]
     s = summarize(rs, SLO)
     assert s["requests_total"] == 4
@@ -243,7 +259,7 @@ def test_capacity_is_last_level_of_unbroken_slo_run_and_sizes_slots() -> None:
 
 
 def test_verdict_lines_and_table_render() -> None:
-    rs = [result(0, 1), result(1, 2)]
+    rs = [evenly_streamed(0, 1), evenly_streamed(1, 2)]
     lvl = {"concurrency": 1, "level": {"concurrency": 1}, **summarize(rs, SLO)}
     doc = {
         "config": {"model": "m", "url": "http://x/v1", "mode": "concurrency"},
@@ -261,7 +277,7 @@ def test_verdict_lines_and_table_render() -> None:
 
 
 def test_a_client_bound_level_is_flagged_in_the_table() -> None:
-    rs = [result(0, 1), result(1, 2)]
+    rs = [evenly_streamed(0, 1), evenly_streamed(1, 2)]
     client = {"cpu_share": 0.97, "client_bound": True, "reasons": ["client CPU 0.97 of a core"]}
     lvl = {"concurrency": 1, "level": {"concurrency": 1}, **summarize(rs, SLO), "client": client}
     doc = {
