@@ -7,16 +7,22 @@ estimate is at most max(1 request, 20 % of the mean true depth).
 from __future__ import annotations
 
 from tests.support.daemon import simulator
-from tests.support.queue_accuracy import FACTORS, evidence, measure_capacity, run_levels, table
+from tests.support.queue_accuracy import (
+    FACTORS,
+    evidence,
+    measure_capacity_in_process,
+    run_own_load_levels,
+    table,
+)
 
 
 async def test_waiting_estimate_tracks_simulator_truth() -> None:
     async with simulator(slots=4, decode_step_seconds=0.02, decode_slowdown=0.05) as sim:
-        capacity = await measure_capacity(
+        capacity = await measure_capacity_in_process(
             sim, workers=8, seconds=5, prompt="hello " * 30, max_tokens=16
         )
         rates = [capacity * factor for factor in FACTORS]
-        levels = await run_levels(
+        levels = await run_own_load_levels(
             sim, rates, seconds=12, prompt_tokens=48, max_tokens=16, warmup_seconds=1.0
         )
     report = f"{table(capacity, levels)}\n{evidence(levels)}"

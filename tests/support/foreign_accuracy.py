@@ -244,7 +244,10 @@ async def foreign_load(
 
 
 async def measure_capacity(base: str, workers: int, seconds: float, *extra: str) -> float:
-    """Completions per second of a closed loop of `workers` foreign clients (after a warm-up)."""
+    """Completions per second of a closed loop of `workers` foreign clients (after a warm-up),
+    driven by a load process of its own (`foreign_load`); the engine drained after it. (The
+    own-load experiment's `queue_accuracy.measure_capacity_in_process` runs its clients in
+    this process.)"""
     level = Level("capacity", "closed", workers=workers)
     warmup = ("--warmup", str(seconds / 4))
     async with foreign_load(base, level, *warmup, *extra, seconds=seconds) as report:
@@ -268,7 +271,8 @@ async def run_levels(
     load_args: tuple[str, ...] = (), sample_every: float = 0.5, truth_seconds: float = 5.0,
     learn: float = 0.0, learn_at: tuple[int, ...] = (0,), learn_grace: float = 0.0,
 ) -> list[Score]:  # fmt: skip
-    """One daemon probing `base` (no metrics_url, no load) through every level in turn.
+    """One daemon probing `base` (no metrics_url, no load of its own) through every level of
+    the foreign load in turn (`queue_accuracy.run_own_load_levels` steps the daemon's own load).
 
     `learn`: seconds the levels `learn_at` settle longer, for a fresh daemon to learn what a
     long-running one has long known: the decode slowdown from its first pairs of probes (a

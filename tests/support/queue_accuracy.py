@@ -39,11 +39,13 @@ class Level:
         return max(1.0, 0.2 * self.true_mean)
 
 
-async def measure_capacity(
+async def measure_capacity_in_process(
     base: str, workers: int, seconds: float, prompt: str, max_tokens: int,
     extra_body: dict[str, object] | None = None,
 ) -> float:  # fmt: skip
-    """Completed requests per second with `workers` closed-loop clients."""
+    """Completed requests per second with `workers` closed-loop clients in this process (the
+    prober's own `stream_request`, no warm-up, nothing drained after), unlike
+    `foreign_accuracy.measure_capacity`'s load process."""
     done = 0
     async with client_session() as session:
         stop_at = time.monotonic() + seconds
@@ -64,11 +66,12 @@ async def measure_capacity(
         return done / (time.monotonic() - started)
 
 
-async def run_levels(
+async def run_own_load_levels(
     base: str, rates: list[float], seconds: float, *, prompt_tokens: int, max_tokens: int,
     warmup_seconds: float, sample_every: float = 0.5, extra_body: dict[str, object] | None = None,
 ) -> list[Level]:  # fmt: skip
-    """One daemon, as in production, stepping its background load through `rates`.
+    """One daemon, as in production, stepping its own background load through `rates` (where
+    `foreign_accuracy.run_levels` has another process load the engine and the daemon probe).
 
     Between levels the load pauses and the engine drains, so each level starts empty.
     """
@@ -109,11 +112,11 @@ async def on_engine(
     the capacity is stable), the capacity from `workers` closed-loop clients over
     `capacity_seconds`, then `seconds` a level; returns the levels and their report."""
     fixed: dict[str, object] = {"ignore_eos": True}
-    capacity = await measure_capacity(
+    capacity = await measure_capacity_in_process(
         base, workers=workers, seconds=capacity_seconds, prompt="hello " * 40, max_tokens=16,
         extra_body=fixed,
     )  # fmt: skip
-    levels = await run_levels(
+    levels = await run_own_load_levels(
         base, [capacity * factor for factor in FACTORS], seconds=seconds, prompt_tokens=48,
         max_tokens=16, warmup_seconds=2.0, extra_body=fixed,
     )  # fmt: skip
