@@ -32,6 +32,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tests.support.servers import raw_server, read_request
+from tests.support.sse import sse
 
 Behaviour = Callable[["Hostile", web.Request], Awaitable[web.StreamResponse]]
 MAX_WRITES = 1_000_000  # an endless stream stops here, or after MAX_SECONDS, if nobody stops it
@@ -55,15 +56,16 @@ class Hostile:
         return f"{self.base}/{behaviour}/v1"
 
 
-def chunk(content: str | None = "x", **extra: Any) -> bytes:
+def content_chunk(content: str | None = "x", **extra: Any) -> bytes:
+    """A bare chunk event: an answer's `content` (none: an empty delta), no finish_reason and
+    no object, `extra` at the top (an `id` replaces this server's own)."""
     delta = {} if content is None else {"content": content}
-    obj = {"id": "chatcmpl-hostile", "choices": [{"index": 0, "delta": delta}], **extra}
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+    return sse({"id": "chatcmpl-hostile", "choices": [{"index": 0, "delta": delta}], **extra})
 
 
 STOP = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
 DONE = b"data: [DONE]\n\n"
-NORMAL = chunk("Hel") + chunk("lo") + STOP + DONE
+NORMAL = content_chunk("Hel") + content_chunk("lo") + STOP + DONE
 
 
 async def start(request: web.Request, ctype: str = "text/event-stream", **headers: str) -> Any:
@@ -126,7 +128,9 @@ def usage_block(raw: str) -> Behaviour:
 
     async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
         extra = b'data: {"choices": [], ' + raw.encode() + b"}\n\n"
-        return await stream(request, chunk("Hel") + chunk("lo") + STOP + extra + DONE)
+        return await stream(
+            request, content_chunk("Hel") + content_chunk("lo") + STOP + extra + DONE
+        )
 
     return handler
 
@@ -191,7 +195,11 @@ def endless(piece: bytes, ctype: str = "text/event-stream", per_write: int = 1) 
 
 def after_end(tail: bytes, *, hold: bool, end: bytes = DONE, ctype: str = "") -> Behaviour:
     """A complete stream up to `end`, then `tail`, then the connection held open (or not)."""
-    body = (chunk("Hel") + chunk("lo") + STOP) if not ctype else b'{"message":{"content":"hi"}}\n'
+    body = (
+        (content_chunk("Hel") + content_chunk("lo") + STOP)
+        if not ctype
+        else b'{"message":{"content":"hi"}}\n'
+    )
 
     async def handler(state: Hostile, request: web.Request) -> web.StreamResponse:
         resp = await start(request, ctype or "text/event-stream")
@@ -229,7 +237,7 @@ async def echo_key_id(_: Hostile, request: web.Request) -> web.StreamResponse:
     """Everything it can carry names the credentials: the id, a header, the text."""
     auth = request.headers.get("Authorization", "")
     key = auth.removeprefix("Bearer ")
-    body = chunk("Hel", id=key) + chunk(auth) + STOP + DONE
+    body = content_chunk("Hel", id=key) + content_chunk(auth) + STOP + DONE
     return await stream(request, body, **{"X-Request-Id": key})
 
 
@@ -251,7 +259,7 @@ def in_stream_error(message: Callable[[str], str]) -> Behaviour:
 
     async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
         error = json.dumps({"error": {"message": message(_key(request))}}).encode()
-        return await stream(request, chunk("Hel") + b"data: " + error + b"\n\n")
+        return await stream(request, content_chunk("Hel") + b"data: " + error + b"\n\n")
 
     return handler
 
@@ -274,7 +282,7 @@ def many_data_lines(count: int) -> Behaviour:
 
     async def handler(_: Hostile, request: web.Request) -> web.StreamResponse:
         resp = await start(request)
-        await resp.write(chunk("Hel"))
+        await resp.write(content_chunk("Hel"))
         for _ in range(count // 10_000):  # 60 KB writes, so the loop runs between them
             await resp.write(b"data:\n" * 10_000)
             await asyncio.sleep(0)
@@ -332,9 +340,9 @@ BEHAVIOURS: dict[str, tuple[Behaviour, str]] = {
     "prompt_tokens_1": (prompt_tokens_constant(1), "ok"),
     "prompt_tokens_10": (prompt_tokens_constant(10), "ok"),
     "prompt_tokens_huge": (prompt_tokens_constant(10**15), "ok"),
-    "endless_tokens": (endless(chunk("x")), "protocol_error"),
-    "endless_batched": (endless(chunk("x"), per_write=500), "protocol_error"),
-    "endless_empty": (endless(chunk(None)), "protocol_error"),
+    "endless_tokens": (endless(content_chunk("x")), "protocol_error"),
+    "endless_batched": (endless(content_chunk("x"), per_write=500), "protocol_error"),
+    "endless_empty": (endless(content_chunk(None)), "protocol_error"),
     "endless_comments": (endless(b": keep-alive\n" * 65536), "protocol_error"),
     "done_hold": (after_end(b"", hold=True), "ok"),
     "done_junk_field": (after_end(b"garbage here\n\n", hold=False), "ok"),
@@ -425,7 +433,7 @@ def api_of(name: str) -> str:
 
 def whole_answer(completion_tokens: int) -> bytes:
     """A whole HTTP/1.1 answer with a Content-Length: a stream of two chunks, usage, [DONE]."""
-    body = chunk("Hel") + chunk("lo") + STOP
+    body = content_chunk("Hel") + content_chunk("lo") + STOP
     body += b'data: {"choices": [], ' + usage(5, completion_tokens).encode() + b"}\n\n" + DONE
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
