@@ -13,6 +13,7 @@ import pytest
 from prober.request.sse import LineSplitter, SSEParser
 from prober.request.stream import InStreamError, StreamState
 from prober.result import Outcome, RequestResult, TokenSource
+from tests.support.sse import sse
 
 OLLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "ollama"
 T_SCHED, T_SEND, T_END = 0, 10, 1_000_000
@@ -27,24 +28,20 @@ def concluded(state: StreamState) -> RequestResult:
     )  # fmt: skip
 
 
-def event(obj: Any) -> bytes:
-    text = obj if isinstance(obj, str) else json.dumps(obj)
-    return b"data: " + text.encode() + b"\n\n"
-
-
 def run_sse(*events: Any, done: bool = True) -> tuple[StreamState, RequestResult]:
     """Feed each event as one read stamped 100, 200, ...; `[DONE]` last unless `done=False`."""
     state = StreamState("req-1", ndjson=False, keep_text=True)
     parser = SSEParser()
     items = [*events, "[DONE]"] if done else list(events)
     for i, item in enumerate(items, start=1):
-        state.feed(parser, event(item), 100 * i)
+        state.feed(parser, sse(item), 100 * i)
     state.close(parser, 100 * (len(items) + 1))
     return state, concluded(state)
 
 
-# Shapes as vLLM / OpenAI send them (`stream_options.include_usage` on).
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
+# Shapes as vLLM / OpenAI send them (`stream_options.include_usage` on), as objects: `sse`
+# frames them (tests/support/sse's `chunk` gives a leaner chunk's bytes).
+def chunk_object(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
     choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
     return {
         "id": "chatcmpl-abc",
@@ -55,12 +52,12 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dic
     }
 
 
-ROLE = chunk({"role": "assistant", "content": None})
-ROLE_EMPTY = chunk({"role": "assistant", "content": ""})
+ROLE = chunk_object({"role": "assistant", "content": None})
+ROLE_EMPTY = chunk_object({"role": "assistant", "content": ""})
 
 
 def content(text: str) -> dict[str, Any]:
-    return chunk({"content": text})
+    return chunk_object({"content": text})
 
 
 def usage(prompt: int, completion: int, reasoning: int | None = None) -> dict[str, Any]:
@@ -71,10 +68,10 @@ def usage(prompt: int, completion: int, reasoning: int | None = None) -> dict[st
     }
     if reasoning is not None:
         block["completion_tokens_details"] = {"reasoning_tokens": reasoning}
-    return {**chunk(), "choices": [], "usage": block}
+    return {**chunk_object(), "choices": [], "usage": block}
 
 
-STOP = chunk({}, finish="stop")
+STOP = chunk_object({}, finish="stop")
 
 
 # -- channels ------------------------------------------------------------------------------
@@ -100,8 +97,8 @@ def test_content_stream_with_usage() -> None:
 def test_reasoning_channel_counts_for_ttft_not_ttfo(field: str) -> None:
     state, r = run_sse(
         ROLE,
-        chunk({field: "Let me"}),
-        chunk({field: " think"}),
+        chunk_object({field: "Let me"}),
+        chunk_object({field: " think"}),
         content("Yes"),
         STOP,
     )
@@ -118,7 +115,7 @@ def test_reasoning_channel_counts_for_ttft_not_ttfo(field: str) -> None:
 
 def test_reasoning_count_from_usage_details_wins() -> None:
     _, r = run_sse(
-        chunk({"reasoning_content": "hm"}), content("ok"), STOP, usage(5, 40, reasoning=38)
+        chunk_object({"reasoning_content": "hm"}), content("ok"), STOP, usage(5, 40, reasoning=38)
     )
     assert (r.output_tokens, r.reasoning_tokens) == (40, 38)
     assert r.token_source is TokenSource.USAGE
@@ -149,7 +146,7 @@ def test_role_only_chunk_is_not_a_token(role_chunk: dict[str, Any]) -> None:
 
 
 def test_other_choice_indexes_are_ignored() -> None:
-    other = chunk({"content": "ignored"})
+    other = chunk_object({"content": "ignored"})
     other["choices"][0]["index"] = 1
     _, r = run_sse(other, content("a"), STOP)
     assert r.token_event_ns == (200,)
@@ -184,7 +181,7 @@ def test_multi_token_chunk_is_one_event_but_usage_wins() -> None:
 
 def test_llamacpp_timings_give_server_prefill_and_decode() -> None:
     final = {
-        **chunk({}, finish="stop"),
+        **chunk_object({}, finish="stop"),
         "timings": {
             "prompt_n": 12,
             "prompt_ms": 45.5,
@@ -215,13 +212,13 @@ def test_llamacpp_timings_give_server_prefill_and_decode() -> None:
 def test_in_stream_error_raises(error: Any, message: str) -> None:
     state = StreamState("r", ndjson=False)
     parser = SSEParser()
-    state.feed(parser, event(content("a")), 1)
+    state.feed(parser, sse(content("a")), 1)
     with pytest.raises(InStreamError, match=message):
-        state.feed(parser, event({"error": error}), 2)
+        state.feed(parser, sse({"error": error}), 2)
 
 
 def test_finish_reason_without_done_concludes_ok() -> None:
-    _, r = run_sse(content("a"), content("b"), chunk({}, finish="length"), done=False)
+    _, r = run_sse(content("a"), content("b"), chunk_object({}, finish="length"), done=False)
     assert r.outcome is Outcome.OK
 
 
@@ -241,14 +238,14 @@ def test_done_without_tokens_is_protocol_error() -> None:
 def test_events_after_done_are_ignored() -> None:
     state = StreamState("r", ndjson=False)
     parser = SSEParser()
-    state.feed(parser, event(content("a")) + event("[DONE]") + event(content("late")), 1)
+    state.feed(parser, sse(content("a")) + sse("[DONE]") + sse(content("late")), 1)
     assert state.token_event_ns == [1]
 
 
 def test_done_pending_at_close_still_counts() -> None:
     state = StreamState("r", ndjson=False)
     parser = SSEParser()
-    state.feed(parser, event(content("a")) + b"data: [DONE]", 1)
+    state.feed(parser, sse(content("a")) + b"data: [DONE]", 1)
     assert not state.done
     state.close(parser, 2)
     assert state.done
@@ -258,7 +255,7 @@ def test_done_pending_at_close_still_counts() -> None:
 def test_done_without_blank_line_ends_the_stream_at_once() -> None:
     state = StreamState("r", ndjson=False)
     parser = SSEParser()
-    state.feed(parser, event(content("a")) + b"data: [DONE]\n", 1)
+    state.feed(parser, sse(content("a")) + b"data: [DONE]\n", 1)
     assert state.done
     assert state.t_done_ns == 1
 
@@ -267,15 +264,15 @@ def test_done_without_blank_line_ends_the_stream_at_once() -> None:
 def test_malformed_json_raises_value_error(data: str) -> None:
     state = StreamState("r", ndjson=False)
     with pytest.raises(ValueError):  # JSONDecodeError, or a non-object
-        state.feed(SSEParser(), event(data), 1)
+        state.feed(SSEParser(), sse(data), 1)
 
 
 def test_feed_returns_completed_event_count() -> None:
     state = StreamState("r", ndjson=False)
     parser = SSEParser()
     assert state.feed(parser, b": keep-alive\n\n", 1) == 0
-    assert state.feed(parser, event(content("a"))[:8], 2) == 0
-    assert state.feed(parser, event(content("a"))[8:] + event(content("b")), 3) == 2
+    assert state.feed(parser, sse(content("a"))[:8], 2) == 0
+    assert state.feed(parser, sse(content("a"))[8:] + sse(content("b")), 3) == 2
     assert state.token_event_ns == [3, 3]
 
 
