@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from prober.request import Timeouts
+from prober.request import Api, RequestSpec, Timeouts
 from prober.sim import SimConfig, bound_port
 from prober.sim import build_app as build_sim
 
@@ -26,6 +26,11 @@ FAST = Timeouts(connect_seconds=2, first_token_seconds=3, idle_seconds=3, total_
 # A quick simulator with room for many targets at once.
 SIM: dict[str, Any] = {"slots": 64, "prefill_base_seconds": 0.001, "decode_step_seconds": 0.01}
 BAD_HTTP_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nBad Header Line\r\n\r\n"
+
+
+def fast_spec(url: str) -> RequestSpec:
+    """A 4-token chat request ("hi") to the OpenAI base `url`, with the `FAST` timeouts."""
+    return RequestSpec(url, Api.CHAT, "m", "hi", 4, timeouts=FAST)
 
 
 @asynccontextmanager

@@ -18,11 +18,11 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
-from prober.request import Api, RequestSpec, stream_request
+from prober.request import stream_request
 from prober.request.wire import request_session
 from prober.result import Outcome
 from tests.support.net import closed_port
-from tests.support.servers import FAST, serve
+from tests.support.servers import fast_spec, serve
 from tests.support.sse import chunk, sse, start_stream, streaming
 
 
@@ -48,10 +48,6 @@ class MarkingConnector(aiohttp.TCPConnector):
         self.next_callback_ns[request_id] = time.perf_counter_ns()
 
 
-def spec(base_url: str) -> RequestSpec:
-    return RequestSpec(base_url, Api.CHAT, "m", "hi", 4, timeouts=FAST)
-
-
 async def test_t_send_lies_between_connection_and_arrival_in_a_burst() -> None:
     # The events carry no "id", so each result keeps its X-Request-Id as request_id.
     arrived_ns: dict[str, int] = {}
@@ -67,7 +63,7 @@ async def test_t_send_lies_between_connection_and_arrival_in_a_burst() -> None:
     async with serve(handler) as url, request_session(connector) as session:
         t_sched = time.perf_counter_ns()
         results = await asyncio.gather(
-            *(stream_request(session, spec(url), t_sched) for _ in range(50))
+            *(stream_request(session, fast_spec(url), t_sched) for _ in range(50))
         )
     for r in results:
         assert r.outcome is Outcome.OK, r.error
@@ -85,7 +81,7 @@ async def test_t_send_is_the_deferred_write_not_the_request_set_up() -> None:
     connector = MarkingConnector()
     handler = streaming([chunk({"content": "a"}), sse("[DONE]")])
     async with serve(handler) as url, request_session(connector) as session:
-        r = await stream_request(session, spec(url), time.perf_counter_ns())
+        r = await stream_request(session, fast_spec(url), time.perf_counter_ns())
     assert r.outcome is Outcome.OK, r.error
     [marked] = connector.next_callback_ns.values()
     assert marked <= r.t_send_ns
@@ -94,7 +90,8 @@ async def test_t_send_is_the_deferred_write_not_the_request_set_up() -> None:
 async def test_nothing_written_falls_back_to_the_attempt_start() -> None:
     async with request_session(aiohttp.TCPConnector()) as session:
         t_sched = time.perf_counter_ns()
-        r = await stream_request(session, spec(f"http://127.0.0.1:{closed_port()}/v1"), t_sched)
+        spec = fast_spec(f"http://127.0.0.1:{closed_port()}/v1")
+        r = await stream_request(session, spec, t_sched)
     assert r.outcome is Outcome.CONNECT_ERROR
     assert t_sched <= r.t_send_ns <= r.t_end_ns
 
@@ -126,8 +123,8 @@ async def test_after_a_stale_connection_t_send_is_the_retry_write() -> None:
     server = await asyncio.start_server(serve_once, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
     async with server, request_session(aiohttp.TCPConnector()) as session:
-        first = await stream_request(session, spec(url), time.perf_counter_ns())
-        second = await stream_request(session, spec(url), time.perf_counter_ns())
+        first = await stream_request(session, fast_spec(url), time.perf_counter_ns())
+        second = await stream_request(session, fast_spec(url), time.perf_counter_ns())
     assert (first.outcome, second.outcome) == (Outcome.OK, Outcome.OK), second.error
     assert len(seen_ns) == 3
     _, stale_seen, retry_seen = seen_ns

@@ -20,14 +20,10 @@ from prober.request import Api, RequestSpec, stream_request, wire
 from prober.request.wire import ArrivalStampingHandler, request_session
 from prober.result import RequestResult
 from prober.runtime import EventLoopChoice, new_event_loop
-from tests.support.servers import FAST, serve
+from tests.support.servers import fast_spec, serve
 from tests.support.sse import chunk, sse, start_stream
 
 BLOCK_SECONDS = 0.1
-
-
-def spec(url: str) -> RequestSpec:
-    return RequestSpec(url, Api.CHAT, "m", "hi", 4, timeouts=FAST)
 
 
 HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
@@ -87,7 +83,7 @@ async def test_a_busy_reader_does_not_delay_the_next_streams_stamp() -> None:
 
             tasks = [
                 asyncio.create_task(
-                    stream_request(session, spec(url), time.perf_counter_ns(), block)
+                    stream_request(session, fast_spec(url), time.perf_counter_ns(), block)
                 )
                 for _ in range(2)
             ]
@@ -122,7 +118,7 @@ async def test_every_read_stamp_is_an_arrival(monkeypatch: pytest.MonkeyPatch) -
         return resp
 
     async with serve(handler) as url, request_session(aiohttp.TCPConnector()) as session:
-        result = await stream_request(session, spec(url), 0)
+        result = await stream_request(session, fast_spec(url), 0)
     assert result.output_tokens == 3
     assert set(result.token_event_ns) <= arrivals
     assert result.t_first_byte_ns in arrivals
@@ -166,7 +162,7 @@ async def test_a_plain_session_still_stamps_reads() -> None:
 
     async with serve(handler) as url, aiohttp.ClientSession() as session:
         before = time.perf_counter_ns()
-        result = await stream_request(session, spec(url), before)
+        result = await stream_request(session, fast_spec(url), before)
     assert result.ok
     assert before <= result.t_send_ns <= result.token_event_ns[0] <= result.t_end_ns
 
@@ -260,7 +256,8 @@ def test_an_end_followed_by_a_close_is_parsed_before_the_loss(loop_kind: str) ->
     async def client() -> RequestResult:
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
         async with request_session(aiohttp.TCPConnector()) as session:
-            task = asyncio.create_task(stream_request(session, spec(url), time.perf_counter_ns()))
+            sent = stream_request(session, fast_spec(url), time.perf_counter_ns())
+            task = asyncio.create_task(sent)
             assert await asyncio.to_thread(headers_sent.wait, 5)
             await asyncio.sleep(0.05)  # the headers are parsed, the body is being waited for
             go.set()
