@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 
+from tests.support.servers import read_request
+
 MAX_BYTES = 256 * 1024 * 1024
 MAX_SECONDS = 10.0
 YIELD_BYTES = 64 * 1024
@@ -129,17 +131,7 @@ class Flooded:
 
 async def _read_request(reader: asyncio.StreamReader) -> str:
     """One request's flood name (from its path), its body read; "" when the client left."""
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-        return ""
-    lines = head.split(b"\r\n")
-    path = lines[0].split(b" ")[1].decode() if len(lines[0].split(b" ")) > 1 else ""
-    length = next(
-        (int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length:")),
-        0,
-    )
-    await reader.readexactly(length)
+    path = await read_request(reader, timeout=5)
     return path.strip("/").split("/")[0]
 
 

@@ -119,7 +119,7 @@ async def raw_server(serve: RawServe) -> AsyncIterator[str]:
 
 async def read_request(reader: asyncio.StreamReader, timeout: float = 30.0) -> str:
     """The path of one HTTP/1.1 request, its Content-Length body read; "" once the client
-    has gone (or sent nothing for `timeout` seconds)."""
+    has gone (or sent nothing for `timeout` seconds), or for a request line without one."""
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=timeout)
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
@@ -129,4 +129,5 @@ async def read_request(reader: asyncio.StreamReader, timeout: float = 30.0) -> s
         (int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")), 0
     )
     await reader.readexactly(length)
-    return lines[0].split(b" ")[1].decode()
+    parts = lines[0].split(b" ")
+    return parts[1].decode() if len(parts) > 1 else ""
