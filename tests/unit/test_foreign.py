@@ -326,6 +326,7 @@ def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> Non
 
     from prober.capacity.target import CapacityCollector, TargetCapacity
     from prober.metrics import Metrics
+    from prober.record import ScrapeRecorder
     from prober.settings import TargetConfig
     from prober.targets import Target
 
@@ -334,7 +335,7 @@ def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> Non
         Target.from_config(TargetConfig(name=n, url="http://127.0.0.1:1/v1", model="m", slots=4))
         for n in ("broken", "fine")
     ]
-    caps = [TargetCapacity(t, Metrics(CollectorRegistry())) for t in targets]
+    caps = [TargetCapacity(t, ScrapeRecorder(Metrics(CollectorRegistry()))) for t in targets]
 
     def boom() -> None:
         raise RuntimeError("estimator bug")
@@ -354,6 +355,7 @@ def test_the_drain_rate_and_its_basis_are_exported() -> None:
 
     from prober.capacity.target import CapacityCollector, TargetCapacity
     from prober.metrics import Metrics
+    from prober.record import ScrapeRecorder
     from prober.settings import TargetConfig
     from prober.targets import Target
 
@@ -361,7 +363,7 @@ def test_the_drain_rate_and_its_basis_are_exported() -> None:
         name="t", url="http://127.0.0.1:1/v1", model="m", slots=4, prompt_tokens=40,
         max_tokens=16, traffic={"output_tokens": 31, "prompt_tokens": 80},
     )  # fmt: skip
-    cap = TargetCapacity(Target.from_config(cfg), Metrics(CollectorRegistry()))
+    cap = TargetCapacity(Target.from_config(cfg), ScrapeRecorder(Metrics(CollectorRegistry())))
     foreign = cap.estimator.foreign
     assert foreign is not None
     foreign.observe(ProbeSample(foreign._clock(), 2.0, 0.05, 0.75, 0.05, True))
@@ -379,11 +381,12 @@ def test_server_saturation_divides_by_the_slots_hint_before_anything_is_learned(
     from prober.capacity.server import Engine, ServerSnapshot
     from prober.capacity.target import CapacityCollector, TargetCapacity
     from prober.metrics import Metrics
+    from prober.record import ScrapeRecorder
     from prober.settings import TargetConfig
     from prober.targets import Target
 
     cfg = TargetConfig(name="vllm", url="http://127.0.0.1:1/v1", model="m", slots=16)
-    cap = TargetCapacity(Target.from_config(cfg), Metrics(CollectorRegistry()))
+    cap = TargetCapacity(Target.from_config(cfg), ScrapeRecorder(Metrics(CollectorRegistry())))
     # A new replica, half busy; its completion counter gives the estimate a drain rate (the
     # server basis, which knows no slots of its own).
     cap._keep(ServerSnapshot(Engine.vllm, 0.0, 8.0, None, 10.0), 100.0)
