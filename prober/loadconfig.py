@@ -111,7 +111,7 @@ def lengths_field(value: Any) -> Any:
     if isinstance(value, dict | LengthConfig):
         return value
     dists = " | ".join(_LENGTH_PARAMS)
-    raise ValueError(wrong(f"a token count or a distribution (dist: {dists})", value))
+    raise ValueError(wrong(f"a token count or a distribution (dist: {dists})", value, shown=40))
 
 
 def spread_lengths(default: int, spread_fraction: float) -> LengthConfig:

@@ -87,9 +87,10 @@ def one_of(choices: Iterable[str], value: object) -> str:
     return wrong(f"one of {listed}", value)
 
 
-def wrong(what: str, value: object) -> str:
-    """A value of the wrong kind: 'must be an integer, got 'x''."""
-    return f"must be {what}, got {value!r}"
+def wrong(what: str, value: object, *, shown: int | None = None) -> str:
+    """A value of the wrong kind: 'must be an integer, got 'x''; `shown` cuts the value's
+    repr to that many characters (a whole section or list given where a number was meant)."""
+    return f"must be {what}, got {repr(value)[:shown]}"
 
 
 def _number(limit: object) -> str:

@@ -83,6 +83,9 @@ INVALID = [
      P + "prompt_tokens: must be a token count or a distribution (dist: fixed | uniform | "
      "normal | lognormal | empirical), got True"),
     ("{rate: 1, prompt_tokens: 0}", P + "prompt_tokens: must be at least 1, got 0"),
+    ("{rate: 1, prompt_tokens: [" + ", ".join(["1000"] * 50) + "]}",  # the value cut at 40
+     P + "prompt_tokens: must be a token count or a distribution (dist: fixed | uniform | "
+     "normal | lognormal | empirical), got [1000, 1000, 1000, 1000, 1000, 1000, 100"),
     ("{rate: 1, prompt_tokens: {dist: uniform, min: 5, max: 9}, prompt_tokens_spread: 0.2}",
      P + "prompt_tokens_spread: a spread needs a plain prompt_tokens: give a spread or a "
      "distribution"),
