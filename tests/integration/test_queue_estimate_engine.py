@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.engine import llama_server_fixture
+from tests.support.margins import holds
 from tests.support.queue_accuracy import on_engine
 
 pytestmark = pytest.mark.engine
@@ -22,7 +23,7 @@ async def test_waiting_estimate_tracks_llama_server(engine: str) -> None:
         engine, workers=8, capacity_seconds=25, seconds=30, note="llama-server -np 4, own load"
     )
     print("\n" + report, flush=True)
-    for level in levels:
-        assert level.mae <= level.bound, report
+    for i, level in enumerate(levels):
+        assert holds(f"waiting MAE, level {i}", level.mae, at_most=level.bound), report
     # Learned from the peak overlap of the load's own requests: the engine's -np / slots.
     assert levels[-1].slots == 4, report
