@@ -14,6 +14,7 @@ Imports nothing from `prober` but what it names.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +23,9 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 # Plain numbers, bools and text: `slots: true` or `"4"` is a typo, not a value to coerce.
 STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+# A line break or control character (tab aside): never in a header value, a host or a name.
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 _BOUNDS = {
     "greater_than": ("gt", "greater than"),
@@ -91,6 +95,17 @@ def wrong(what: str, value: object, *, shown: int | None = None) -> str:
     """A value of the wrong kind: 'must be an integer, got 'x''; `shown` cuts the value's
     repr to that many characters (a whole section or list given where a number was meant)."""
     return f"must be {what}, got {repr(value)[:shown]}"
+
+
+def show(value: object) -> str:
+    """A path or name as text for a one-line message: quoted when it holds a line break."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's text on one line, cut to `limit` characters."""
+    return " ".join(str(exc).split())[:limit]
 
 
 def _number(limit: object) -> str:

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     ("one request, one signal", {"request", "summary", "metrics"}),
     ("exposition", {"exposition", "scrapes"}),
-    ("configuration", {"section", "loadconfig", "settings", "targets"}),
+    ("configuration", {"section", "loadconfig", "config", "settings", "targets"}),
     ("capacity", {"capacity"}),
     ("recording", {"record"}),
     ("probes and load", {"schedule", "load"}),

@@ -408,6 +408,7 @@ def test_web_config_faults_are_reported_beside_the_others(tmp_path: Path) -> Non
 def _numeric_fields() -> list[tuple[str, str]]:
     """(YAML path, section text builder key) of every int or float setting."""
     from prober import settings as s
+    from prober.section import unwrap
 
     sections = {
         "server": s.ServerConfig, "shard": s.ShardConfig, "targets[0]": s.TargetConfig,
@@ -417,7 +418,7 @@ def _numeric_fields() -> list[tuple[str, str]]:
     found = []
     for where, model in sections.items():
         for name, info in model.model_fields.items():
-            if s._unwrap(info.annotation) in (int, float):
+            if unwrap(info.annotation) in (int, float):
                 found.append((where, name))
     return found
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from prober import settings
+from prober.config import secrets
 from prober.settings import TargetConfig
 from prober.targets import Target, target_spec
 
@@ -18,7 +18,7 @@ VARIABLE = "LLMPROBER_TEST_TARGET_KEY"
 def registered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every secret registered, in order, instead of the process-wide registry."""
     found: list[str] = []
-    monkeypatch.setattr(settings, "register_secret", found.append)
+    monkeypatch.setattr(secrets, "register_secret", found.append)
     return found
 
 

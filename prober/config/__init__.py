@@ -1,0 +1,13 @@
+"""The daemon's configuration, one concern a module; `prober.settings` names the public parts.
+
+- `errors`: `ConfigError` (one `field: message` line per fault) and `FieldError`;
+- `target`: a target's model (`TargetConfig`) and its sections (SLO, timeouts, TLS, traffic);
+- `server`: the `server:`, `logging:` and `shard:` sections;
+- `urls`: what a target's URL may be;
+- `secrets`: the one place a target's credentials are read and registered;
+- `sources`: the YAML file and the `LLMPROBER_*` environment as pydantic-settings sources;
+- `model`: the whole `Settings` and `load_settings`, which validates it once.
+
+A target's `load:` section is `prober.loadconfig`; every section is built on
+`prober.section.Section`; every fault is worded by `prober.validation`.
+"""

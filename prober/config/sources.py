@@ -1,0 +1,224 @@
+"""The YAML file and the `LLMPROBER_*` environment as pydantic-settings sources.
+
+`YamlSource` reads the file once (each fault one problem line); `EnvironmentSource` applies
+every variable of the model's `env_prefix` over the file's data (nested keys with
+`env_nested_delimiter`, a list item by its index) and returns the merged whole: it comes
+first, so it wins. pydantic-settings' own `EnvSettingsSource` takes no list index in a
+variable's name, hence this source. A variable that matches no setting is an error naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+from prober.config.errors import ConfigError
+from prober.section import unwrap as _unwrap
+from prober.validation import field_path
+
+
+class YamlSource(PydanticBaseSettingsSource):
+    """The YAML file's mapping (empty without a file), each fault one problem line."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+        self._data: dict[str, Any] | None = None
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False  # unused: __call__ gives the whole
+
+    def __call__(self) -> dict[str, Any]:
+        if self._data is None:  # read once: the environment source asks for it too
+            self._data = _check_yaml(self.path) if self.path is not None else {}
+        return copy.deepcopy(self._data)
+
+
+class EnvironmentSource(PydanticBaseSettingsSource):
+    """The file's data with every variable of `env_prefix` applied over it.
+
+    pydantic-settings merges sources key by key but replaces a list whole, so a variable that
+    sets one target's field (`LLMPROBER_TARGETS__0__MODEL`) is applied here, over the file's
+    data, and this source returns the merged whole (it comes first: it wins).
+    """
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], environ: Mapping[str, str], file: YamlSource
+    ) -> None:
+        super().__init__(settings_cls)
+        self.environ = environ
+        self.file = file
+        self._data: dict[str, Any] | None = None
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False  # unused: __call__ gives the whole
+
+    def __call__(self) -> dict[str, Any]:
+        if self._data is None:
+            prefix = str(self.config.get("env_prefix", ""))
+            delimiter = str(self.config.get("env_nested_delimiter") or "__")
+            self._data = apply_environment(
+                self.settings_cls, self.file(), self.environ, prefix, delimiter
+            )
+        return copy.deepcopy(self._data)
+
+
+def _check_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping: it exists, parses, and holds one; else one clear problem line."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError([f"config: cannot read {path}: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"config: {path} is not UTF-8 text (byte {exc.start})"]) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError([f"config: {path} is not valid YAML{at}: {problem}"]) from None
+    if data is not None and not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ConfigError([f"config: {path} must hold a mapping (server:, targets:), not a {kind}"])
+    odd = [repr(key) for key in data or {} if not isinstance(key, str)]
+    if odd:  # they could not be passed on as settings
+        raise ConfigError([f"config: top-level keys must be names, not {', '.join(odd)}"])
+    return dict(data or {})
+
+
+# Variables of the project that are not settings (the test scripts' cache folder).
+NOT_SETTINGS = frozenset({"LLMPROBER_CACHE"})
+
+
+def apply_environment(
+    root: type[BaseModel],
+    data: dict[str, Any],
+    environ: Mapping[str, str],
+    prefix: str,
+    delimiter: str,
+) -> dict[str, Any]:
+    """`data` (the file's) with every variable of `prefix` applied over it, the variables'
+    names read as the fields of `root` (the settings' model).
+
+    `delimiter` separates keys, a number picks a list item (one past the end appends one), and a
+    value for a section or a list is JSON. A variable that matches no setting is an error
+    naming it, unless a target names it as its `api_key_env`.
+    """
+    names = sorted(
+        (name for name in environ if name.upper().startswith(prefix.upper())),
+        key=lambda name: (name.count(delimiter), name),
+    )
+    problems: list[str] = []
+    unknown: list[tuple[str, str]] = []
+    for name in names:
+        if name.upper() in NOT_SETTINGS:
+            continue
+        parts = name[len(prefix) :].lower().split(delimiter)
+        try:
+            leaf = _env_field(root, parts)
+        except _NoField as exc:
+            unknown.append(
+                (name, f"{field_path(exc.loc)}: unknown key (environment variable {name})")
+            )
+            continue
+        try:
+            _env_set(data, parts, _env_value(environ[name], leaf, name))
+        except ConfigError as exc:
+            problems += [f"{field_path(_loc(parts))}: {p}" for p in exc.problems]
+    keys = _api_key_variables(data)
+    problems += [problem for name, problem in unknown if name not in keys]
+    if problems:
+        raise ConfigError(problems)
+    return data
+
+
+class _NoField(Exception):
+    def __init__(self, loc: tuple[int | str, ...]) -> None:
+        self.loc = loc
+
+
+def _loc(parts: list[str]) -> tuple[int | str, ...]:
+    return tuple(int(p) if p.isdecimal() else p for p in parts)
+
+
+def _env_field(root: type[BaseModel], parts: list[str]) -> Any:
+    """The annotation `parts` lead to from `root`; `_NoField` where one matches nothing."""
+    annotation: Any = root
+    for i, part in enumerate(parts):
+        annotation = _unwrap(annotation)
+        origin = typing.get_origin(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part)
+            if not part or field is None:
+                raise _NoField(_loc(parts[: i + 1]))
+            annotation = field.annotation
+        elif origin is list:
+            if not part.isdecimal():
+                raise _NoField(_loc(parts[: i + 1]))
+            annotation = typing.get_args(annotation)[0]
+        elif origin is dict:
+            if not part:
+                raise _NoField(_loc(parts[: i + 1]))
+            annotation = typing.get_args(annotation)[1]
+        elif annotation is not Any:
+            raise _NoField(_loc(parts[: i + 1]))
+    return _unwrap(annotation)
+
+
+def _env_value(text: str, leaf: Any, name: str) -> Any:
+    """A section, list or mapping as JSON; anything else as the text pydantic will parse."""
+    complex_leaf = typing.get_origin(leaf) in (list, dict) or (
+        isinstance(leaf, type) and issubclass(leaf, BaseModel)
+    )
+    if not complex_leaf:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError([f"environment variable {name} is not valid JSON ({exc})"]) from None
+
+
+def _env_set(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            index = int(part)
+            if index > len(node):
+                raise ConfigError([f"index {index} leaves a gap: there are {len(node)} items"])
+            if index == len(node):
+                node.append({})
+            if last:
+                node[index] = value
+            elif not isinstance(node[index], dict | list):
+                node[index] = {}
+            node = node[index]
+            continue
+        if last:
+            node[part] = value
+            return
+        following_is_index = parts[i + 1].isdecimal()
+        kind = list if following_is_index else dict
+        if not isinstance(node.get(part), kind):
+            node[part] = kind()
+        node = node[part]
+
+
+def _api_key_variables(data: dict[str, Any]) -> set[str]:
+    """Variables the configured targets read their API key from (not settings)."""
+    targets = data.get("targets")
+    if not isinstance(targets, list):
+        return set()
+    return {
+        t["api_key_env"]
+        for t in targets
+        if isinstance(t, dict) and isinstance(t.get("api_key_env"), str)
+    }

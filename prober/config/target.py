@@ -1,0 +1,197 @@
+"""A target's configuration: `TargetConfig` and its sections (SLO, timeouts, TLS, traffic).
+
+Every check of a single target is here, each fault a `ValueError` whose text
+`prober.validation.describe` passes on. The API key is never a field: `read_secrets` reads it
+once (`prober.config.secrets`) and keeps it in a private attribute, so it is never dumped or
+printed with the settings.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, PrivateAttr, StrictInt, ValidationInfo, field_validator
+
+from prober.config.secrets import register_secrets
+from prober.config.urls import check_url
+from prober.kinds import Api, Connection, Engine
+from prober.loadconfig import LoadConfig
+from prober.request import DEFAULT_TIMEOUTS, Timeouts
+from prober.section import MAX_SECONDS, PositiveSeconds
+from prober.section import Section as _Strict
+from prober.validation import CONTROL, bound, one_line, show, wrong
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Set by the prober itself on every request; a configured one would be sent twice or win.
+_RESERVED_HEADERS = frozenset(
+    {"x-request-id", "accept-encoding", "content-length", "content-type", "transfer-encoding"}
+)
+
+
+class SloConfig(_Strict):
+    ttft_seconds: PositiveSeconds = 2.0
+    tpot_seconds: PositiveSeconds = 0.2
+    e2e_seconds: PositiveSeconds | None = None
+    ttfo_seconds: PositiveSeconds | None = None  # time to the first answer token
+
+
+class TimeoutsConfig(_Strict):
+    connect_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.connect_seconds
+    first_token_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.first_token_seconds
+    idle_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.idle_seconds
+    total_seconds: PositiveSeconds = DEFAULT_TIMEOUTS.total_seconds
+
+    def timeouts(self) -> Timeouts:
+        """What a request is held to (`request.Timeouts`)."""
+        return Timeouts(
+            self.connect_seconds, self.first_token_seconds, self.idle_seconds, self.total_seconds
+        )
+
+
+class TlsConfig(_Strict):
+    verify: bool = True
+    ca_file: Path | None = None
+
+    @field_validator("ca_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        if not value.is_file():
+            raise ValueError(f"no such file: {show(value)}")
+        try:
+            ssl.create_default_context(cafile=str(value))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            problem = f"{show(value)} holds no PEM certificate ({one_line(exc)})"
+            raise ValueError(problem) from None
+        return value
+
+
+class TrafficConfig(_Strict):
+    """The shape of the engine's other requests, for the queue estimate (the probes' if unset)."""
+
+    prompt_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+    output_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+
+
+class TargetConfig(_Strict):
+    name: str
+    url: str
+    model: str
+    api: Api = Api.CHAT
+    interval_seconds: Annotated[float, Field(ge=0.1, le=MAX_SECONDS)] = 15.0
+    jitter_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 1.0
+    prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 64
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 16
+    warmup: Annotated[int, Field(ge=0, le=100)] = 1
+    cache_bust: bool = True
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+    headers: dict[str, str] = Field(default_factory=dict)
+    # Names of `headers` whose values are credentials, redacted like the API key (names in
+    # SECRET_HEADER_NAMES always are).
+    secret_headers: list[str] = Field(default_factory=list)
+    api_key_env: str | None = None
+    api_key_file: Path | None = None
+    slo: SloConfig = SloConfig()
+    tls: TlsConfig = TlsConfig()
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    metrics_url: str | None = None
+    engine: Engine | None = None
+    metrics_interval_seconds: Annotated[float, Field(ge=0.5, le=MAX_SECONDS)] = 5.0
+    load: LoadConfig | None = None
+    # pooled: keep-alive connections are reused; fresh: every request opens its own (what a
+    # new user meets: resolve, connect and TLS in every probe's phases).
+    connection: Connection = "pooled"
+    # The engine's parallel slots (vLLM --max-num-seqs, llama-server -np, OLLAMA_NUM_PARALLEL):
+    # a hint for the queue estimate, which learns them when unset.
+    slots: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
+    traffic: TrafficConfig = TrafficConfig()
+    # Share of probes sent with a companion probe that joins while the first decodes: the
+    # first probe's gaps before and after tell the decode slowdown of one more sequence.
+    pair_share: Annotated[float, Field(ge=0, le=1)] = 0.5
+    # Probes of this target in flight at once; a run due beyond it is skipped and counted.
+    probes_in_flight: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    _api_key: str | None = PrivateAttr(default=None)
+    _secrets_read: bool = PrivateAttr(default=False)
+
+    def read_secrets(self) -> str | None:
+        """The API key, read once with the target's secrets registered (`register_secrets`).
+
+        `load_settings` reads them after validation, so `run` sends with the key it checked;
+        a target built without a file (bench, probe) is read by `Target.from_config`. A
+        `FieldError` names `api_key_env` or `api_key_file`.
+        """
+        if not self._secrets_read:
+            self._api_key = register_secrets(self)
+            self._secrets_read = True
+        return self._api_key
+
+    @field_validator("slots", mode="before")
+    @classmethod
+    def _slots_from_env(cls, value: Any) -> Any:
+        # The environment gives text: accept "4", still refuse "4.5", 4.0 and true.
+        return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(wrong("1-64 of letters, digits, '_', '.', ':', '-'", value))
+        return value
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_url(value)
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(wrong("a non-empty string", value))
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not _HEADER_NAME.fullmatch(key):
+                raise ValueError(f"invalid header name {key!r}")
+            if key.lower() == "authorization":
+                # Keys come only from a variable or a file, where they are read and redacted.
+                raise ValueError("set the API key with api_key_env or api_key_file, not headers")
+            if key.lower() in _RESERVED_HEADERS:
+                raise ValueError(f"{key} is set by the prober itself")
+            if CONTROL.search(text):  # never echo the value: it may be a credential
+                raise ValueError(f"value of {key} holds a line break or control character")
+        return value
+
+    @field_validator("secret_headers")
+    @classmethod
+    def _secret_headers(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        names = {name.lower() for name in info.data.get("headers", {})}
+        for name in value:
+            if name.lower() not in names:
+                raise ValueError(f"{show(name)} is not one of headers")
+        return value
+
+    @field_validator("jitter_seconds")
+    @classmethod
+    def _jitter(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("interval_seconds")
+        if interval is not None and value > interval:
+            raise ValueError(bound("at most", f"interval_seconds ({interval:g})", value))
+        return value
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _one_key_source(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("api_key_env"):
+            raise ValueError("set api_key_env or api_key_file, not both")
+        return value
