@@ -1,5 +1,6 @@
 """What a target's URL (`url`, `metrics_url`) may be: http(s), a host, a valid port, no
-credentials."""
+credentials, no fragment. A query is kept (Azure OpenAI's `?api-version=`): the request's
+path is joined before it (`request.send.endpoint`)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,5 @@ def check_url(value: str) -> None:
         raise ValueError(f"invalid URL {value!r}: no host or port 0")
     if url.user is not None or url.password is not None:
         raise ValueError("credentials in the URL: use api_key_env, api_key_file or headers")
+    if "#" in value:  # a client never sends one: what follows it would be silently lost
+        raise ValueError(wrong("a URL without a fragment ('#...' is never sent)", value))

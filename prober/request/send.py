@@ -86,10 +86,12 @@ class RequestSpec:
 
 
 def endpoint(base_url: str, api: Api) -> str:
-    base = base_url.rstrip("/")
-    if api is Api.OLLAMA:
-        return base.removesuffix("/v1") + "/api/chat"
-    return base + ("/chat/completions" if api is Api.CHAT else "/completions")
+    """The API's path joined to the base URL's, its query (Azure's `?api-version=`) kept."""
+    base, sep, query = base_url.partition("?")  # a fragment is refused by `config.urls`
+    base = base.rstrip("/")
+    tail = "/chat/completions" if api is Api.CHAT else "/completions"
+    path = base.removesuffix("/v1") + "/api/chat" if api is Api.OLLAMA else base + tail
+    return path + sep + query
 
 
 def request_body(spec: RequestSpec) -> dict[str, Any]:
