@@ -64,7 +64,7 @@ def target_spec(
     is read and nothing registered (`Target.from_config` reads the key, builds `tls`)."""
     headers = dict(cfg.headers)
     if api_key is not None:
-        headers["Authorization"] = f"Bearer {api_key}"
+        headers[cfg.api_key_header] = cfg.key_prefix + api_key
     slo = Slo(cfg.slo.ttft_seconds, cfg.slo.tpot_seconds, cfg.slo.e2e_seconds, cfg.slo.ttfo_seconds)
     return TargetSpec(
         config=cfg,

@@ -11,9 +11,16 @@ from __future__ import annotations
 import re
 import ssl
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from pydantic import Field, PrivateAttr, StrictInt, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from prober.config.secrets import register_secrets
 from prober.config.urls import check_url
@@ -22,10 +29,14 @@ from prober.loadconfig import LoadConfig
 from prober.request import DEFAULT_TIMEOUTS, Timeouts
 from prober.section import MAX_SECONDS, PositiveSeconds
 from prober.section import Section as _Strict
-from prober.validation import CONTROL, bound, one_line, show, wrong
+from prober.validation import CONTROL, bound, field_error, one_line, show, wrong
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_MARKS = "!#$%&'*+.^_`|~-"
+_HEADER_NAME = re.compile(rf"[0-9A-Za-z{re.escape(_MARKS)}]+")  # RFC 9110's token
+_PREFIX = re.compile(r"[\x20-\x7e]*")
+# Keys come only from a variable or a file, where they are read and registered as secrets.
+_KEY_SOURCES = "set the API key with api_key_env or api_key_file, not headers"
 # Set by the prober itself on every request; a configured one would be sent twice or win.
 _RESERVED_HEADERS = frozenset(
     {"x-request-id", "accept-encoding", "content-length", "content-type", "transfer-encoding"}
@@ -96,6 +107,10 @@ class TargetConfig(_Strict):
     secret_headers: list[str] = Field(default_factory=list)
     api_key_env: str | None = None
     api_key_file: Path | None = None
+    # The header the key goes in, and the text before the key there; None: "Bearer " in
+    # Authorization, nothing in any other header (Azure's `api-key: KEY`).
+    api_key_header: str = "Authorization"
+    api_key_prefix: str | None = None
     slo: SloConfig = SloConfig()
     tls: TlsConfig = TlsConfig()
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -130,6 +145,13 @@ class TargetConfig(_Strict):
             self._secrets_read = True
         return self._api_key
 
+    @property
+    def key_prefix(self) -> str:
+        """What precedes the key in `api_key_header` (`api_key_prefix`, or its default)."""
+        if self.api_key_prefix is not None:
+            return self.api_key_prefix
+        return "Bearer " if self.api_key_header.lower() == "authorization" else ""
+
     @field_validator("slots", mode="before")
     @classmethod
     def _slots_from_env(cls, value: Any) -> Any:
@@ -163,9 +185,8 @@ class TargetConfig(_Strict):
         for key, text in value.items():
             if not _HEADER_NAME.fullmatch(key):
                 raise ValueError(f"invalid header name {key!r}")
-            if key.lower() == "authorization":
-                # Keys come only from a variable or a file, where they are read and redacted.
-                raise ValueError("set the API key with api_key_env or api_key_file, not headers")
+            if key.lower() == "authorization":  # a credential, whichever header the key is in
+                raise ValueError(_KEY_SOURCES)
             if key.lower() in _RESERVED_HEADERS:
                 raise ValueError(f"{key} is set by the prober itself")
             if CONTROL.search(text):  # never echo the value: it may be a credential
@@ -188,6 +209,37 @@ class TargetConfig(_Strict):
         if interval is not None and value > interval:
             raise ValueError(bound("at most", f"interval_seconds ({interval:g})", value))
         return value
+
+    @field_validator("api_key_header")
+    @classmethod
+    def _key_header(cls, value: str) -> str:
+        if not _HEADER_NAME.fullmatch(value):
+            raise ValueError(wrong(f"a header name (letters, digits and {_MARKS})", value))
+        if value.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"{value} is set by the prober itself")
+        return value
+
+    @field_validator("api_key_prefix")
+    @classmethod
+    def _key_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not _PREFIX.fullmatch(value):
+            raise ValueError(wrong("printable ASCII, spaces allowed", value))
+        return value
+
+    @model_validator(mode="after")
+    def _key_header_is_the_keys(self) -> Self:
+        """The key's header is set from the key alone: never also from `headers`, and never
+        named without a key to put in it."""
+        for name in self.headers:
+            if name.lower() == self.api_key_header.lower():
+                problem = f"{name} carries the API key (api_key_header): {_KEY_SOURCES}"
+                raise field_error("headers", problem, name)
+        if self.api_key_env is None and self.api_key_file is None:
+            for field in ("api_key_header", "api_key_prefix"):
+                if field in self.model_fields_set:
+                    problem = "no key to send: set api_key_env or api_key_file too"
+                    raise field_error(field, problem, getattr(self, field))
+        return self
 
     @field_validator("api_key_file")
     @classmethod
