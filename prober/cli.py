@@ -21,6 +21,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from prober import __version__
+from prober.config.flags import TARGET_FLAGS, add_target_flags, target_flags
 from prober.logs import get_logger, setup_logging
 from prober.request import DEFAULT_TIMEOUTS, Api
 from prober.request.wire import client_session
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--prompt-tokens", type=_positive_int, default=64)
     probe.add_argument("--max-tokens", type=_positive_int, default=16)
     probe.add_argument("--api-key-env", metavar="VAR", help="environment variable with the key")
+    add_target_flags(probe)
     # One probe gives up where the daemon's would stop waiting for a first token.
     timeout = DEFAULT_TIMEOUTS.first_token_seconds
     probe.add_argument(
@@ -277,6 +279,7 @@ _PROBE_FLAGS = {
     "api_key_env": "--api-key-env",
     "timeouts.first_token_seconds": "--timeout",
     "timeouts.total_seconds": "--timeout",
+    **{field_path(loc): flag for loc, flag in TARGET_FLAGS.items()},
 }
 
 
@@ -294,6 +297,10 @@ def probe_target(args: argparse.Namespace) -> Target:
         "api_key_env": args.api_key_env,
         "timeouts": {"first_token_seconds": args.timeout, "total_seconds": args.timeout},
     }
+    try:
+        fields |= target_flags(args).fields()
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
     try:
         cfg = TargetConfig.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:

@@ -23,6 +23,7 @@ import yaml
 
 from prober.bench.config import FLAGS, BenchConfig, Mode, parse_levels
 from prober.bench.runner import BenchRunner, PreflightError
+from prober.config.flags import add_target_flags, target_flags
 from prober.kinds import ARRIVALS, EVENT_LOOPS, Api
 from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS
 from prober.runtime import LoopUnavailable, new_event_loop, tune_gc
@@ -120,6 +121,7 @@ def add_bench_parser(subparsers: Any) -> None:
         help="send ignore_eos: true, for exactly --output-len tokens",
     )
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable with the API key")
+    add_target_flags(p)  # --header, --api-key-header, --ca-file: as `probe` takes them
     p.add_argument("--out", metavar="FILE.json", type=Path, help="write the JSON report here")
     p.add_argument("--plot", metavar="DIR", type=Path, help="write PNG charts here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
@@ -207,6 +209,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         "connect_timeout_seconds": _number(args, "--connect-timeout", float),
         "max_in_flight": _number(args, "--max-in-flight", int),
     }
+    flags = target_flags(args)
     return BenchConfig(
         url=args.url,
         model=args.model,
@@ -219,6 +222,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         api=Api(args.api),
         ignore_eos=args.ignore_eos,
         api_key_env=args.api_key_env,
+        headers=dict(flags.headers),
+        api_key_header=flags.api_key_header,
+        ca_file=flags.ca_file,
         event_loop=getattr(args, "event_loop", "auto"),
         **{k: v for k, v in given.items() if v is not None},
     )

@@ -18,11 +18,13 @@ import math
 import os
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from prober.config.flags import TARGET_FLAGS, TargetFlags
 from prober.kinds import Api, Arrival, EventLoopChoice
 from prober.loadconfig import LengthConfig, LoadConfig, RateSchedule, TraceConfig, lengths_field
 from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS
@@ -78,6 +80,9 @@ FLAGS = {
     "target_rate": "--target-rate",
     "ignore_eos": "--ignore-eos",
     "api_key_env": "--api-key-env",
+    "headers": "--header",
+    "api_key_header": "--api-key-header",
+    "ca_file": "--ca-file",
     "timeout_seconds": "--timeout",
     "connect_timeout_seconds": "--connect-timeout",
     "max_in_flight": "--max-in-flight",
@@ -113,6 +118,7 @@ _TARGET_FLAGS: dict[tuple[int | str, ...], str] = {
     ("timeouts", "first_token_seconds"): "--timeout",
     ("timeouts", "total_seconds"): "--timeout",
     ("timeouts", "idle_seconds"): "--timeout",
+    **TARGET_FLAGS,  # --header, --api-key-header, --ca-file
 }
 Count = Annotated[int, Field(ge=1)]
 Seconds = Annotated[float, Field(gt=0)]
@@ -142,6 +148,9 @@ class BenchConfig(OneLineModel):
     target_rate: Seconds | None = None
     ignore_eos: bool = False
     api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    api_key_header: str | None = None
+    ca_file: Path | None = None
     timeout_seconds: Seconds = DEFAULT_TIMEOUTS.total_seconds  # of the first token, and total
     connect_timeout_seconds: Seconds = BENCH_CONNECT_SECONDS
     max_in_flight: Count = 1000
@@ -276,6 +285,7 @@ class BenchConfig(OneLineModel):
                 "total_seconds": self.timeout_seconds,
                 "idle_seconds": min(DEFAULT_TIMEOUTS.idle_seconds, self.timeout_seconds),
             },
+            **TargetFlags(self.headers, self.api_key_header, self.ca_file).fields(),
         }
         try:
             return TargetConfig(**fields)
@@ -287,6 +297,7 @@ class BenchConfig(OneLineModel):
     def as_json(self) -> dict[str, Any]:
         """The configuration as recorded in the report (the key's variable name, never a key)."""
         out = self.model_dump(mode="json", exclude={"input_len", "output_len", "trace"})
+        out["headers"] = sorted(self.headers)  # names only: a value may be a credential
         for name in ("input_len", "output_len"):
             lengths: LengthConfig = getattr(self, name)  # a plain count stays a number
             out[name] = (

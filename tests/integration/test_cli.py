@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import time
@@ -11,9 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from tests.support.net import free_port, wait_http
 from tests.support.process import CLI, process
+from tests.support.servers import serve_app
+from tests.support.sse import chunk, sse, streaming
 
 MINIMAL = """\
 server:
@@ -49,6 +54,37 @@ def test_probe_prints_one_json_object(sim_port: int) -> None:
     assert doc["output_tokens"] == 8
     assert doc["token_source"] == "usage"
     assert len(doc["itl_seconds"]) == 7
+
+
+async def test_probe_sends_an_azure_shaped_request() -> None:
+    """The hosted-API flags end to end: the query kept, the key alone in `api-key`, an extra
+    header, and the key nowhere in the output."""
+    seen: list[tuple[str, dict[str, str]]] = []
+    answer = streaming([chunk({"content": "hi"}), chunk({}, "stop"), sse("[DONE]")])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path_qs, dict(request.headers)))
+        return await answer(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    key = "sk-azure-shaped-0123456789"
+    async with serve_app(app) as root:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "probe", "--url", f"{root}/openai/deployments/g?api-version=2024-06-01",
+            "--model", "g", "--api-key-env", "LLMPROBER_TEST_AZURE_KEY",
+            "--api-key-header", "api-key", "--header", "X-Team: search", "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "LLMPROBER_TEST_AZURE_KEY": key},
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out)["outcome"] == "ok"
+    [(path, headers)] = seen
+    assert path == "/openai/deployments/g/chat/completions?api-version=2024-06-01"
+    assert (headers["api-key"], headers["X-Team"]) == (key, "search")
+    assert "Authorization" not in headers
+    assert key not in (out + err).decode()
 
 
 def test_probe_failure_exits_1_with_outcome() -> None:
