@@ -1,9 +1,10 @@
 """Scrape an inference engine's own /metrics and normalise it: the server-side truth.
 
 This module owns the mapping from each engine's metric names to one snapshot:
-requests waiting, requests running, KV-cache usage as a 0..1 ratio and a completed-requests
-counter (whose rate is a drain rate). It has no side effects: no metrics, no logging; the
-caller counts and logs failures.
+requests waiting, requests running, KV-cache usage as a 0..1 ratio, a completed-requests
+counter (whose rate is a drain rate) and the finished requests' prompt and output tokens
+(`TokenTotals`: their rates give the traffic's mean shape). It has no side effects: no
+metrics, no logging; the caller counts and logs failures.
 
 Engine -> waiting / running / KV usage ratio / completed-requests counter (the first name
 present wins where several are listed):
@@ -16,6 +17,20 @@ present wins where several are listed):
 - SGLang: `sglang:num_queue_reqs` / `sglang:num_running_reqs` / `sglang:token_usage` /
   `sglang:num_requests_total`.
 - TGI: `tgi_queue_size` / `tgi_batch_current_size` / none exported / `tgi_request_success`.
+
+Finished requests / their prompt tokens / their output tokens (`TokenTotals`; the first
+source whose three names are all present wins, so a count and its tokens always come from one
+source):
+
+- vLLM: the histograms' `vllm:request_prompt_tokens_count` / `vllm:request_prompt_tokens_sum`
+  / `vllm:request_generation_tokens_sum` (observed once per finished request), else the
+  counters `vllm:request_success_total` / `vllm:prompt_tokens_total` /
+  `vllm:generation_tokens_total` (which count the tokens of requests still running too).
+- SGLang: `sglang:num_requests_total` / `sglang:prompt_tokens_total` /
+  `sglang:generation_tokens_total`.
+- TGI: `tgi_request_input_length_count` / `tgi_request_input_length_sum` /
+  `tgi_request_generated_tokens_sum`.
+- llama.cpp: none (`prompt_tokens_total` and `tokens_predicted_total` without a request count).
 
 Notes on the sources:
 
@@ -59,6 +74,7 @@ __all__ = [
     "Engine",
     "ServerMetricsError",
     "ServerSnapshot",
+    "TokenTotals",
     "detect_engine",
     "parse_metrics",
     "scrape",
@@ -85,6 +101,16 @@ class ServerSnapshot:
     running: float | None
     kv_usage_ratio: float | None
     completed_total: float | None
+    lengths: TokenTotals | None = None
+
+
+@dataclass(frozen=True)
+class TokenTotals:
+    """Cumulative finished requests and their prompt and output tokens, from one source."""
+
+    requests: float
+    prompt_tokens: float
+    output_tokens: float
 
 
 @dataclass(frozen=True)
@@ -96,6 +122,8 @@ class _Spec:
     running: tuple[str, ...]
     kv_usage: tuple[str, ...]
     completed: tuple[str, ...]
+    # (finished requests, their prompt tokens, their output tokens), sources best first
+    lengths: tuple[tuple[str, str, str], ...] = ()
 
 
 _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
@@ -106,6 +134,18 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("vllm:num_requests_running",),
             kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
             completed=("vllm:request_success_total",),
+            lengths=(
+                (
+                    "vllm:request_prompt_tokens_count",
+                    "vllm:request_prompt_tokens_sum",
+                    "vllm:request_generation_tokens_sum",
+                ),
+                (
+                    "vllm:request_success_total",
+                    "vllm:prompt_tokens_total",
+                    "vllm:generation_tokens_total",
+                ),
+            ),
         ),
         Engine.sglang: _Spec(
             prefix="sglang:",
@@ -113,6 +153,13 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("sglang:num_running_reqs",),
             kv_usage=("sglang:token_usage",),
             completed=("sglang:num_requests_total",),
+            lengths=(
+                (
+                    "sglang:num_requests_total",
+                    "sglang:prompt_tokens_total",
+                    "sglang:generation_tokens_total",
+                ),
+            ),
         ),
         Engine.llamacpp: _Spec(
             prefix="llamacpp:",
@@ -127,6 +174,13 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("tgi_batch_current_size",),
             kv_usage=(),
             completed=("tgi_request_success",),
+            lengths=(
+                (
+                    "tgi_request_input_length_count",
+                    "tgi_request_input_length_sum",
+                    "tgi_request_generated_tokens_sum",
+                ),
+            ),
         ),
     }
 )
@@ -160,6 +214,19 @@ def _summed(index: SampleIndex, names: tuple[str, ...]) -> float | None:
 def _maximum(index: SampleIndex, names: tuple[str, ...]) -> float | None:
     values = _lookup(index, names)
     return max(values) if values else None
+
+
+def _lengths(index: SampleIndex, sources: tuple[tuple[str, str, str], ...]) -> TokenTotals | None:
+    """The first source whose three totals are all present; None where one of them is
+    negative (no count of an engine is)."""
+    for names in sources:
+        requests, prompt, output = (_summed(index, (name,)) for name in names)
+        if requests is None or prompt is None or output is None:
+            continue
+        if min(requests, prompt, output) < 0:
+            return None
+        return TokenTotals(requests, prompt, output)
+    return None
 
 
 def _has_queue_metrics(index: SampleIndex, spec: _Spec) -> bool:
@@ -201,6 +268,7 @@ def _snapshot(index: SampleIndex, engine: Engine) -> ServerSnapshot:
         running=_summed(index, spec.running),
         kv_usage_ratio=_maximum(index, spec.kv_usage),
         completed_total=_summed(index, spec.completed),
+        lengths=_lengths(index, spec.lengths),
     )
 
 

@@ -19,6 +19,7 @@ from prober.capacity.server import (
     Engine,
     ServerMetricsError,
     ServerSnapshot,
+    TokenTotals,
     detect_engine,
     parse_metrics,
     scrape,
@@ -38,10 +39,16 @@ def fixture_text(name: str) -> str:
 
 # Each fixture's header comment states the same expectations, so a reader can check both.
 EXPECTED = {
-    "vllm": ServerSnapshot(Engine.vllm, 5.0, 3.0, 0.006595822645657723, 11.0),
+    "vllm": ServerSnapshot(
+        Engine.vllm, 5.0, 3.0, 0.006595822645657723, 11.0, TokenTotals(11.0, 426.0, 132.0)
+    ),
     "llamacpp": ServerSnapshot(Engine.llamacpp, 7.0, 4.0, None, None),
-    "sglang": ServerSnapshot(Engine.sglang, 5.0, 12.0, 0.63, 3517.0),
-    "tgi": ServerSnapshot(Engine.tgi, 6.0, 4.0, None, 2178.0),
+    "sglang": ServerSnapshot(
+        Engine.sglang, 5.0, 12.0, 0.63, 3517.0, TokenTotals(3517.0, 7.41416e6, 1.837764e6)
+    ),
+    "tgi": ServerSnapshot(
+        Engine.tgi, 6.0, 4.0, None, 2178.0, TokenTotals(2178.0, 3239038.0, 1008696.0)
+    ),
 }
 
 
