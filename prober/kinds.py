@@ -68,9 +68,15 @@ class Basis(StrEnum):
 
 class Drain(StrEnum):
     """What the queue estimate's drain rate (departures per second while a queue lasts)
-    rests on, best first; `none` where the estimate needs none (own load) or has none."""
+    rests on, best first. For the probes-alone estimate, `slots / T` with T the service time
+    of a request of the traffic's shape, it names who gave that shape, whether or not a queue
+    has yet given a rate; `none` where the estimate needs no rate (own load) or has none."""
 
     SERVER = "server"  # the engine's completion counter, scraped
-    TRAFFIC = "traffic"  # `slots / T`, T the probes' service scaled to the `traffic:` shape
-    PROBE_SHAPE = "probe_shape"  # the same with no `traffic:`: the probes' own shape
+    ENGINE_SHAPE = "engine_shape"  # the shape from the engine's request and token counters
+    TRAFFIC = "traffic"  # the `traffic: {prompt_tokens, output_tokens}` the operator gave
+    TRAFFIC_PROBES = "traffic_probes"  # `traffic: probes`: the operator said probe-shaped
+    # Nobody gave a shape: a depth would rest on the probes' own, an assumption nobody made,
+    # so no waiting figure (nor rate, nor saturation above the knee) is exported.
+    PROBE_SHAPE = "probe_shape"
     NONE = "none"

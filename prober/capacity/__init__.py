@@ -8,7 +8,9 @@
     server    the engine's own `/metrics` scraped and normalised (vLLM, llama-server, SGLang,
               TGI), the truth where an engine reports one
     target    `TargetCapacity`, one per target, fed finished requests and scraping its
-              engine; `CapacityCollector` exports both figures at scrape time
+              engine, and saying whose word the traffic's shape rests on (`traffic:`, the
+              engine's counters, or nobody's: then no waiting depth); `CapacityCollector`
+              exports both figures at scrape time
 
 The basis an estimate rests on is `prober.kinds.Basis`. Everything above this package
 (recording, the scheduler, the load driver, the daemon, bench) imports from its modules.

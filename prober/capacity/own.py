@@ -11,7 +11,8 @@ Waiting and running requests, by the first basis that has what it needs:
    waits: `waiting = min(awaiting_first_token, max(0, in_flight − slots))`, with `slots` the
    operator's hint or the most requests seen holding a slot at once (`SlotOccupancy`).
 2. probes: the traffic is someone else's; the probes' queue wait, decode slowdown and service
-   time give both figures (`foreign.ForeignEstimator`), with the slots hinted or learned.
+   time give both figures (`probes.ForeignEstimator`), with the slots hinted or learned, and
+   waiting only where the traffic's shape is stated or counted by the engine.
 3. the server's completion counter as the drain rate, `L_q = μ · W_q` (Little's law on the
    queue: a queue only exists when every slot is busy, so it drains at capacity).
 """
@@ -48,6 +49,9 @@ class Estimate:
     slots: int | None = None
     drain: float | None = None  # departures per second while a queue lasts
     drain_basis: Drain = Drain.NONE
+    # Whether requests wait now, where that is known without their number (probes alone: a
+    # wait over a free slot's); None where `waiting` says it.
+    queue: bool | None = None
 
 
 class OwnLoad:
@@ -309,7 +313,14 @@ class QueueEstimator:
             f = self.foreign.estimate(prefill)
             if f.basis is not Basis.NONE or self.server_drain_rate() is None:
                 return Estimate(
-                    f.waiting, f.running, f.wait_seconds, f.basis, f.slots, f.drain, f.drain_basis
+                    f.waiting,
+                    f.running,
+                    f.wait_seconds,
+                    f.basis,
+                    f.slots,
+                    f.drain,
+                    f.drain_basis,
+                    f.queue,
                 )
         drain = self.server_drain_rate()
         if drain is None or mean_wait is None:

@@ -11,9 +11,12 @@ What each probe yields (`ProbeSample`), and how the figures follow (README, "Que
   of probes that decoded at full batch;
 - its service time (prefill + decode), which at full batch gives the drain rate: a queue only
   exists while every slot is busy, and then the engine admits requests at `μ = slots / T`,
-  T the service time of a request of the traffic's shape: the `traffic:` the operator gave,
-  else the probes' own (`Drain`: which of the two). Right only where the traffic has that
-  shape; no reading tried so far gives it without (`bench/README.md`, the drain rate).
+  T the service time of a request of the traffic's mean shape (`Traffic`): the `traffic:` the
+  operator gave (or `traffic: probes`, the probes' own), else the one the engine's request
+  and token counters give. No reading tried so far gives T without a shape (`bench/README.md`,
+  the drain rate), so where nobody gave one (`Drain.PROBE_SHAPE`) no waiting figure is made:
+  the probes' own shape assumed read 25 waiting for a true 4 against answers 7.5 times the
+  probes'. The wait in seconds, the running figure and whether a queue exists need no shape.
 
 Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
 the residual time to the first departure, on average one interval when the slots finish
@@ -21,7 +24,8 @@ independently (their merged departures are close to a Poisson stream): `W ≈ (L
 hence `L ≈ μ·W − 1`. `W` is the mean of the last 5 s of probes (at least the last two), or
 the wait a probe still without its first token has already served, whichever is longer, so
 a queue shows before the probe that is stuck in it comes back.
-Running: every slot while a queue exists; otherwise the other sequences the recent probes
+Running: every slot while a queue exists (a queue of less than one request for its share of
+the window, where its length is known); otherwise the other sequences the recent probes
 decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
 only where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`).
 The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
@@ -93,10 +97,20 @@ _RESIDUAL_DEPARTURES = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """Prompt and output tokens of a request."""
+    """Prompt and output tokens of a request, or the mean of many (a fraction then)."""
 
-    prompt_tokens: int
-    output_tokens: int
+    prompt_tokens: float
+    output_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """The mean shape of the engine's other requests and who gave it: the operator
+    (`Drain.TRAFFIC`, `Drain.TRAFFIC_PROBES`) or the engine's counters (`Drain.ENGINE_SHAPE`);
+    `shape` is None where nobody did (`Drain.PROBE_SHAPE`)."""
+
+    shape: Shape | None
+    basis: Drain
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +137,7 @@ class ForeignEstimate:
     basis: Basis
     drain: float | None = None  # departures per second while a queue lasts
     drain_basis: Drain = Drain.NONE
+    queue: bool = False  # the wait says requests wait now, however many
 
 
 def median_gap(stamps: list[int] | tuple[int, ...], tokens_per_event: float) -> float | None:
@@ -326,20 +341,21 @@ class ForeignEstimator:
     def __init__(
         self,
         probe: Shape,
-        traffic: Shape | None,
+        traffic: Callable[[], Traffic],
         slots_hint: int | None,
         probes: ProbesInFlight,
         clock: Callable[[], float],
     ) -> None:
-        """`traffic`: the shape of the engine's other requests where the operator gave it."""
-        self._probe, self._traffic = probe, traffic or probe
-        self._shape_basis = Drain.PROBE_SHAPE if traffic is None else Drain.TRAFFIC
+        """`traffic`: the shape of the engine's other requests now, and who gave it."""
+        self._probe, self._traffic = probe, traffic
         self._hint = slots_hint
         self.probes = probes
         self._clock = clock
         self.decode = DecodeModel()
         self._samples: deque[ProbeSample] = deque(maxlen=256)
-        self._full_service: deque[tuple[float, float]] = deque(maxlen=32)  # (at, seconds)
+        # (at, prefill, decode) of probes at full batch: scaled to the traffic's shape when
+        # read, as the shape the engine's counters give moves.
+        self._full_service: deque[tuple[float, float, float]] = deque(maxlen=32)
         # How many of the last full-batch service times came after the last probe that found
         # a free slot: the current queue's own (see `_service`).
         self._queue_run = 0
@@ -349,25 +365,25 @@ class ForeignEstimator:
         if sample.gap is not None:
             self.decode.observe(sample.gap, full_batch=sample.queued)
         if sample.queued:
-            self._full_service.append((sample.at, self._traffic_service(sample)))
+            self._full_service.append((sample.at, sample.prefill, sample.decode))
             self._queue_run = min(self._queue_run + 1, len(self._full_service))
         else:
             self._queue_run = 0
 
-    def drain(self, now: float, slots: int | None) -> tuple[float | None, Drain]:
+    def drain(self, now: float, slots: int | None, traffic: Traffic) -> float | None:
         """Departures per second while a queue lasts, `slots / T` from the probes' service time
-        at full batch scaled to the traffic's shape, and which shape that was; None without
-        the slots or a queued probe."""
-        service = self._service(now)
-        if slots is None or service <= 0:
-            return None, Drain.NONE
-        return slots / service, self._shape_basis
+        at full batch scaled to the traffic's shape; None without the slots, a queued probe or
+        a shape."""
+        if slots is None or traffic.shape is None:
+            return None
+        service = self._service(now, traffic.shape)
+        return slots / service if service > 0 else None
 
-    def _traffic_service(self, s: ProbeSample) -> float:
-        """Service time of a request of the traffic's shape, scaled from the probe's."""
-        p, t = self._probe, self._traffic
-        decode_share = (t.output_tokens - 1) / max(p.output_tokens - 1, 1)
-        return s.prefill * t.prompt_tokens / p.prompt_tokens + s.decode * decode_share
+    def _traffic_service(self, prefill: float, decode: float, shape: Shape) -> float:
+        """Service time of a request of `shape`, scaled from a probe's prefill and decode."""
+        p = self._probe
+        decode_share = max(shape.output_tokens - 1, 0.0) / max(p.output_tokens - 1, 1)
+        return prefill * shape.prompt_tokens / p.prompt_tokens + decode * decode_share
 
     def typical_decode(self) -> float | None:
         """Median decode seconds of the last few probes."""
@@ -388,25 +404,33 @@ class ForeignEstimator:
 
     def estimate(self, prefill_guess: float) -> ForeignEstimate:
         now = self._clock()
+        traffic = self._traffic()
         recent = self._recent(now, least=_MIN_WAITS)
         if not recent:
-            return ForeignEstimate(None, None, None, self.slots, Basis.NONE)
+            return ForeignEstimate(
+                None, None, None, self.slots, Basis.NONE, drain_basis=traffic.basis
+            )
         live = [w - prefill_guess for w in self.probes.waited(now)]
         wait = max([statistics.fmean(s.wait for s in recent), *live])
         own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
         slots = self.slots
-        drain, drain_basis = self.drain(now, slots)
-        waiting = self._waiting(wait, drain, recent)
+        drain = self.drain(now, slots, traffic)
+        queue = wait > queue_threshold(self._step(recent))
+        # No shape, no depth: a figure from the probes' shape would be an assumption nobody
+        # made. Whether a queue exists needs none.
+        waiting = self._waiting(wait, drain, queue) if traffic.shape is not None else None
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
+        told = traffic.basis
         if slots is None:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
             # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
-            return ForeignEstimate(None, None, wait, None, Basis.NONE, drain, drain_basis)
+            return ForeignEstimate(None, None, wait, None, Basis.NONE, drain, told, queue)
         # Every slot is busy while a queue lasts; a queue of less than one request was there
         # for part of the window only, so it counts in proportion. Where the decode slowdown
         # cannot tell the batch, or has not been read yet (a daemon started into a queue),
-        # running is known only while a whole request waits.
-        if waiting is not None and waiting >= 1:
+        # running is known only while a whole request waits, or, the queue's length unknown,
+        # while any does.
+        if (waiting is not None and waiting >= 1) or (waiting is None and queue):
             running = float(slots)
         elif waiting is not None and waiting > 0 and running is not None:
             running += (slots - running) * waiting
@@ -418,12 +442,11 @@ class ForeignEstimator:
         unseeable = pairs_read and not self.decode.resolves(None)
         if waiting is None or (running is None and not unseeable):
             # With the slots hinted, running (and saturation below the knee) needs no drain
-            # rate: it is made before any probe has queued.
-            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE, drain, drain_basis)
+            # rate: it is made before any probe has queued, and with no shape given.
+            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE, drain, told, queue)
         basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
-        return ForeignEstimate(
-            waiting + own_waiting, running, wait, slots, basis, drain, drain_basis
-        )
+        waiting += own_waiting
+        return ForeignEstimate(waiting, running, wait, slots, basis, drain, told, queue)
 
     def _recent(
         self, now: float, seconds: float = _RECENT_SECONDS, least: int = 1
@@ -436,18 +459,22 @@ class ForeignEstimator:
         last = itertools.islice(reversed(self._samples), least)
         return [s for s in last if s.at >= now - _STALE_SECONDS]
 
-    def _waiting(self, wait: float, drain: float | None, recent: list[ProbeSample]) -> float | None:
+    def _step(self, recent: list[ProbeSample]) -> float | None:
+        """The decode step that tells a queue from a free slot: at full batch where seen."""
+        gaps = [s.gap for s in recent if s.gap is not None]
+        return self.decode.gap_full or (statistics.median(gaps) if gaps else None)
+
+    @staticmethod
+    def _waiting(wait: float, drain: float | None, queue: bool) -> float | None:
         """Foreign requests waiting now, `μ·W − 1`; 0 without a queue, None when μ is
         unknown."""
-        gaps = [s.gap for s in recent if s.gap is not None]
-        step = self.decode.gap_full or (statistics.median(gaps) if gaps else None)
-        if wait <= queue_threshold(step):
+        if not queue:
             return 0.0
         if drain is None:
             return None
         return max(0.0, drain * wait - _RESIDUAL_DEPARTURES)
 
-    def _service(self, now: float) -> float:
+    def _service(self, now: float, shape: Shape) -> float:
         """Median full-batch service time of the current queue's own probes (of the last
         `_SERVICE_SECONDS`, at least the last `_MIN_FULL`), so the drain rate follows the
         engine's pace; before the queue has one, of every queued probe's. A probe that waited
@@ -458,10 +485,9 @@ class ForeignEstimator:
         three probes of its own, μ read 7 % fast, 2026-12-03)."""
         full = self._full_service
         queue = list(itertools.islice(full, len(full) - self._queue_run, None))
-        recent = _recent_service(queue, now)
-        if not recent:
-            recent = _recent_service(full, now)
-        return statistics.median(recent) if recent else 0.0
+        recent = _recent_service(queue, now) or _recent_service(full, now)
+        services = [self._traffic_service(prefill, decode, shape) for prefill, decode in recent]
+        return statistics.median(services) if services else 0.0
 
     def _running(
         self, recent: list[ProbeSample], slots: int | None, own_holding: float
@@ -481,11 +507,14 @@ class ForeignEstimator:
         return running if slots is None else min(running, float(slots))
 
 
-def _recent_service(services: Sequence[tuple[float, float]], now: float) -> list[float]:
-    """The service times of the last `_SERVICE_SECONDS`, or the last `_MIN_FULL` if fewer."""
-    recent = [t for at, t in services if at >= now - _SERVICE_SECONDS]
+def _recent_service(
+    services: Sequence[tuple[float, float, float]], now: float
+) -> list[tuple[float, float]]:
+    """(prefill, decode) of the full-batch probes of the last `_SERVICE_SECONDS`, or of the
+    last `_MIN_FULL` if fewer."""
+    recent = [(p, d) for at, p, d in services if at >= now - _SERVICE_SECONDS]
     if len(recent) < _MIN_FULL:
-        recent = [t for _, t in itertools.islice(reversed(services), _MIN_FULL)]
+        recent = [(p, d) for _, p, d in itertools.islice(reversed(services), _MIN_FULL)]
     return recent
 
 

@@ -5,6 +5,11 @@ the recorder that writes it), scrapes the engine's `/metrics` on its own schedul
 scrape is handed to its `ScrapeRecord` and never stops probing), and `CapacityCollector`
 exports both at scrape time, the estimate always and the server truth beside it
 (`source="server"`) where the engine reports one.
+
+It also says what shape the engine's other requests have (`TargetCapacity.traffic`), which the
+probes-alone estimate needs for a waiting depth: the operator's `traffic:`, else the mean the
+engine's request and token counters give, else nobody's, and then the depth is withheld and
+one line at start says what to set.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Literal, Protocol
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily
@@ -21,16 +26,31 @@ from prometheus_client.registry import Collector
 
 from prober import metric_specs as specs
 from prober.capacity.own import Estimate, OwnLoad, QueueEstimator
-from prober.capacity.probes import ForeignEstimator, ProbesInFlight, Shape
-from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, scrape
+from prober.capacity.probes import ForeignEstimator, ProbesInFlight, Shape, Traffic
+from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, TokenTotals, scrape
 from prober.kinds import Basis, Drain
 from prober.logs import get_logger
 from prober.metric_specs import gauge_family
 from prober.result import RequestResult
+from prober.settings import TrafficConfig
 from prober.targets import Target
 
 log = get_logger("prober.capacity")
 _RATE_WINDOW_SECONDS = 30.0
+# The traffic's shape from the engine's counters: the mean prompt and answer of the requests
+# that finished in the last minute, the prober's own taken out, once at least 16 of them are
+# other clients'. The mean of 16 lengths whose spread equals their mean (an exponential's)
+# has a standard error of a quarter of it (1/√16), the bound the estimate is held to.
+# Between readings the last one holds: a quiet minute says nothing new about the shape.
+_SHAPE_WINDOW_SECONDS = 60.0
+_MIN_SHAPE_REQUESTS = 16
+_MAX_MEAN_TOKENS = 1_000_000.0  # as `traffic:` allows: beyond it a counter is not a count
+_OWN_KEPT = 4096  # own finished requests remembered for the shape: a minute at 68/s
+_WITHHELD_FIX = (
+    "set traffic: {prompt_tokens: N, output_tokens: N} (the mean lengths of the engine's "
+    "other requests), traffic: probes (they look like the probes), or metrics_url of an "
+    "engine that reports its queue"
+)
 
 
 class ScrapeRecord(Protocol):
@@ -64,15 +84,9 @@ class TargetCapacity:
         self._clock = clock
         cfg = target.config
         probe = Shape(cfg.prompt_tokens, cfg.max_tokens)
-        given = cfg.traffic.prompt_tokens is not None or cfg.traffic.output_tokens is not None
-        traffic = None
-        if given:
-            traffic = Shape(
-                cfg.traffic.prompt_tokens or cfg.prompt_tokens,
-                cfg.traffic.output_tokens or cfg.max_tokens,
-            )
+        self._stated = stated_traffic(cfg.traffic, probe)
         self.probes = ProbesInFlight(clock)
-        foreign = ForeignEstimator(probe, traffic, cfg.slots, self.probes, clock)
+        foreign = ForeignEstimator(probe, self.traffic, cfg.slots, self.probes, clock)
         self.estimator = QueueEstimator(
             clock=clock,
             slots_hint=cfg.slots,
@@ -83,17 +97,42 @@ class TargetCapacity:
         self.snapshot: ServerSnapshot | None = None
         self._server_full = 0
         self._completed: deque[tuple[float, float]] = deque()
+        self._totals: deque[tuple[float, TokenTotals]] = deque()  # (at, the engine's totals)
+        # (at, prompt, output tokens) of the prober's own finished requests: the engine
+        # counts them too
+        self._own: deque[tuple[float, int, int]] = deque(maxlen=_OWN_KEPT)
+        self._engine_shape: Shape | None = None
+        self._shape_noted = False
 
     def observe(self, result: RequestResult, *, probe: bool = False) -> float | None:
         """A finished load request or probe (a probe's result also feeds the probes-alone
         path); returns its queue wait, None where it had no token."""
+        self._count_own(result)
         return self.estimator.observe(result, probe=probe)
 
     def observe_pair(
         self, primary: RequestResult, companion: RequestResult
     ) -> tuple[float | None, float | None]:
         """A probe and its companion (see `QueueEstimator.observe_pair`); both queue waits."""
+        self._count_own(primary)
+        self._count_own(companion)
         return self.estimator.observe_pair(primary, companion)
+
+    def traffic(self) -> Traffic:
+        """The shape of the engine's other requests: the operator's word first (a statement
+        made on purpose), then the engine's counters, else nobody's (`Drain.PROBE_SHAPE`)."""
+        if self._stated is not None:
+            return self._stated
+        if self._engine_shape is not None:
+            return Traffic(self._engine_shape, Drain.ENGINE_SHAPE)
+        return Traffic(None, Drain.PROBE_SHAPE)
+
+    def _count_own(self, result: RequestResult) -> None:
+        """Remember a finished request of the prober's whose tokens the engine reported
+        (usage): the engine's counters include it. One that failed without usage is not
+        known to the prober and stays in the engine's figures (bias: `docs/design.md`)."""
+        if result.prompt_tokens is not None and result.ok:
+            self._own.append((self._clock(), result.prompt_tokens, result.output_tokens))
 
     def companion_delay(self, fraction: float, draw: float) -> float | None:
         """When to send a companion after a probe's first token (`fraction` of its expected
@@ -115,12 +154,18 @@ class TargetCapacity:
         return (c1 - c0) / (t1 - t0) if t1 > t0 and c1 >= c0 else None
 
     async def watch(self, session: aiohttp.ClientSession) -> None:
-        """Scrape the engine's /metrics every `metrics_interval_seconds` until cancelled."""
+        """Scrape the engine's /metrics every `metrics_interval_seconds` until cancelled.
+
+        First, where the probes-alone estimate would have no traffic shape, one line says the
+        waiting depth is withheld and what to set: at once without `metrics_url`, else at the
+        first scrape that shows the engine gives no request and token counters."""
         cfg = self.target.config
+        bound = log.bind(target=cfg.name)
+        if self._stated is None and self.own_load is None and cfg.metrics_url is None:
+            bound.warning("queue_depth_withheld", why="no traffic: given", fix=_WITHHELD_FIX)
         if cfg.metrics_url is None:
             return
         engine = Engine(cfg.engine) if cfg.engine else None
-        bound = log.bind(target=cfg.name)
         while True:
             started = self._clock()
             try:
@@ -145,6 +190,65 @@ class TargetCapacity:
             self._completed.append((at, snap.completed_total))
             while self._completed and self._completed[0][0] < at - _RATE_WINDOW_SECONDS:
                 self._completed.popleft()
+        if snap.lengths is not None:
+            self._keep_totals(snap.lengths, at)
+        elif not self._shape_noted and self._stated is None and self.own_load is None:
+            self._shape_noted = True
+            log.warning(
+                "queue_depth_withheld",
+                target=self.target.name,
+                why=f"no traffic: given, and {snap.engine}'s /metrics counts no requests' tokens"
+                " (its own waiting count is exported as source=server)",
+                fix=_WITHHELD_FIX,
+            )
+
+    def _keep_totals(self, totals: TokenTotals, at: float) -> None:
+        """The engine's token totals at `at`; the shape of the last minute's requests from
+        them. A total that fell is a restarted engine (or a data-parallel rank gone): the
+        counts start again from it, as Prometheus' `rate` does."""
+        kept = self._totals
+        if kept and _fell(kept[-1][1], totals):
+            kept.clear()
+        kept.append((at, totals))
+        while len(kept) > 2 and kept[1][0] <= at - _SHAPE_WINDOW_SECONDS:
+            kept.popleft()
+        if (shape := self._shape_since(*kept[0], at, totals)) is not None:
+            self._engine_shape = shape
+
+    def _shape_since(
+        self, since: float, then: TokenTotals, now: float, totals: TokenTotals
+    ) -> Shape | None:
+        """The mean prompt and output tokens of the other clients' requests that finished
+        between two readings: the engine's, less the prober's own finished in between (both
+        timed by this clock: one at a window's edge may fall on either side). None with too
+        few, or a mean no request can have."""
+        own = [(p, o) for t, p, o in self._own if since < t <= now]
+        requests = totals.requests - then.requests - len(own)
+        if requests < _MIN_SHAPE_REQUESTS:
+            return None
+        prompt = totals.prompt_tokens - then.prompt_tokens - sum(p for p, _ in own)
+        output = totals.output_tokens - then.output_tokens - sum(o for _, o in own)
+        shape = Shape(prompt / requests, output / requests)
+        means = (shape.prompt_tokens, shape.output_tokens)
+        return shape if all(1.0 <= m <= _MAX_MEAN_TOKENS for m in means) else None
+
+
+def stated_traffic(given: TrafficConfig | Literal["probes"] | None, probe: Shape) -> Traffic | None:
+    """The shape the operator gave in `traffic:`, None where they gave none."""
+    if given is None:
+        return None
+    if given == "probes":
+        return Traffic(probe, Drain.TRAFFIC_PROBES)
+    return Traffic(Shape(given.prompt_tokens, given.output_tokens), Drain.TRAFFIC)
+
+
+def _fell(before: TokenTotals, after: TokenTotals) -> bool:
+    """Whether any of the totals is lower `after` than `before` (counters only grow)."""
+    return (
+        after.requests < before.requests
+        or after.prompt_tokens < before.prompt_tokens
+        or after.output_tokens < before.output_tokens
+    )
 
 
 def saturation(waiting: float | None, running: float | None, slots: int | None) -> float | None:
@@ -155,6 +259,14 @@ def saturation(waiting: float | None, running: float | None, slots: int | None) 
     if slots is None or slots < 1 or running is None:
         return None
     return (min(running, slots) + (waiting or 0.0)) / slots
+
+
+def _estimated_saturation(est: Estimate) -> float | None:
+    """Saturation of the estimate: below the knee it needs no waiting depth (none waits), so
+    it is made where the depth is withheld while no queue exists; above it, not."""
+    if est.waiting is None and est.queue is not False:
+        return None
+    return saturation(est.waiting, est.running, est.slots)
 
 
 class CapacityCollector(Collector):
@@ -199,7 +311,7 @@ class CapacityCollector(Collector):
             if est.slots is not None:
                 hinted = cap.target.config.slots is not None
                 slots.add_metric([*key, "hint" if hinted else "learned"], est.slots)
-            if (value := saturation(est.waiting, est.running, est.slots)) is not None:
+            if (value := _estimated_saturation(est)) is not None:
                 sat.add_metric([*key, "estimate"], value)
             snap = cap.snapshot
             if snap is None:

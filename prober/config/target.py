@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 import ssl
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     Field,
     PrivateAttr,
     StrictInt,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -83,10 +84,11 @@ class TlsConfig(_Strict):
 
 
 class TrafficConfig(_Strict):
-    """The shape of the engine's other requests, for the queue estimate (the probes' if unset)."""
+    """The mean shape of the engine's other requests, for the queue estimate's drain rate:
+    both lengths, since a depth must rest on nothing the operator did not say."""
 
-    prompt_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
-    output_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+    prompt_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+    output_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 
 
 class TargetConfig(_Strict):
@@ -124,7 +126,9 @@ class TargetConfig(_Strict):
     # The engine's parallel slots (vLLM --max-num-seqs, llama-server -np, OLLAMA_NUM_PARALLEL):
     # a hint for the queue estimate, which learns them when unset.
     slots: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
-    traffic: TrafficConfig = TrafficConfig()
+    # The mean shape of the engine's other requests, or `probes` (they look like the probes):
+    # unset, and without the engine's own counters, no waiting depth is estimated.
+    traffic: TrafficConfig | Literal["probes"] | None = None
     # Share of probes sent with a companion probe that joins while the first decodes: the
     # first probe's gaps before and after tell the decode slowdown of one more sequence.
     pair_share: Annotated[float, Field(ge=0, le=1)] = 0.5
@@ -157,6 +161,18 @@ class TargetConfig(_Strict):
     def _slots_from_env(cls, value: Any) -> Any:
         # The environment gives text: accept "4", still refuse "4.5", 4.0 and true.
         return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+    @field_validator("traffic", mode="wrap")
+    @classmethod
+    def _traffic(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """One line for a wrong value: pydantic would give one per member of the union (a
+        mapping's fault named under `TrafficConfig`, and "should be 'probes'" beside it)."""
+        if isinstance(value, dict):
+            return TrafficConfig.model_validate(value)  # its faults named under `traffic.`
+        if value is None or value == "probes" or isinstance(value, TrafficConfig):
+            return handler(value)
+        shape = "'probes' or a mapping {prompt_tokens: N, output_tokens: N}"
+        raise ValueError(wrong(shape, value, shown=40))
 
     @field_validator("name")
     @classmethod

@@ -348,13 +348,13 @@ async def _answer(read: Awaitable[T], who: str) -> T:
 
 def probes_like_traffic(slots: int, answer_tokens: int) -> dict[str, Any]:
     """A target's probe settings for the real engines' tests: a probe a second, shaped like
-    the foreign traffic (about 40 prompt tokens, answers of `answer_tokens` on average), the
-    default assumption, so the service time needs no scaling; the `slots` hint; timeouts a
-    deep queue on a slow engine cannot reach."""
+    the foreign traffic (about 40 prompt tokens, answers of `answer_tokens` on average) and
+    saying so (`traffic: probes`: unsaid, no waiting depth is made), so the service time needs
+    no scaling; the `slots` hint; timeouts a deep queue on a slow engine cannot reach."""
     return {
         "interval_seconds": 1.0, "jitter_seconds": 0.2, "warmup": 1, "slots": slots,
         "prompt_tokens": 40, "max_tokens": answer_tokens, "extra_body": {"ignore_eos": True},
-        "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
+        "traffic": "probes", "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
     }  # fmt: skip
 
 

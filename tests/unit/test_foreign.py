@@ -17,6 +17,7 @@ from prober.capacity.probes import (
     ProbeSample,
     ProbesInFlight,
     Shape,
+    Traffic,
     median_gap,
     slots_from,
 )
@@ -136,12 +137,14 @@ def test_probe_occupancy_is_time_averaged_over_the_window() -> None:
 
 
 PROBE_SHAPE = Shape(40, 16)
+LIKE_PROBES = Traffic(PROBE_SHAPE, Drain.TRAFFIC_PROBES)  # `traffic: probes`
+UNSTATED = Traffic(None, Drain.PROBE_SHAPE)  # no `traffic:`, no engine counters
 
 
 def _estimator(
-    clock: Clock, hint: int | None = 4, traffic: Shape | None = None
+    clock: Clock, hint: int | None = 4, traffic: Traffic = LIKE_PROBES
 ) -> ForeignEstimator:
-    return ForeignEstimator(PROBE_SHAPE, traffic, hint, ProbesInFlight(clock), clock)
+    return ForeignEstimator(PROBE_SHAPE, lambda: traffic, hint, ProbesInFlight(clock), clock)
 
 
 def _queued(clock: Clock, wait: float, decode: float = 0.75, prefill: float = 0.05) -> ProbeSample:
@@ -162,27 +165,50 @@ def test_waiting_is_drain_rate_times_wait_less_one_interval() -> None:
 
 def test_traffic_of_another_shape_scales_the_service_time() -> None:
     clock = Clock()
-    est = _estimator(clock, traffic=Shape(80, 31))  # twice the prompt, twice the decode
+    twice = Traffic(Shape(80, 31), Drain.TRAFFIC)  # twice the prompt, twice the decode
+    est = _estimator(clock, traffic=twice)
     est.decode = learned_model()
     est.observe(_queued(clock, wait=2.0))  # their service: 0.1 + 1.5 = 1.6 s, μ = 2.5/s
     assert est.estimate(0.05).waiting == pytest.approx(2.5 * 2.0 - 1.0)
 
 
-def test_the_drain_rate_says_which_shape_it_assumed() -> None:
-    """Without `traffic:` the probes' own shape, with it the operator's: exported, so a
-    dashboard can tell a figure that rests on an assumption nobody made."""
-    for traffic, drain, basis in (
-        (None, 5.0, Drain.PROBE_SHAPE),
-        (Shape(80, 31), 2.5, Drain.TRAFFIC),
+def test_the_drain_rate_says_whose_shape_it_rests_on() -> None:
+    """The shape's giver is exported from the start, the rate once a probe has queued."""
+    for traffic, drain in (
+        (LIKE_PROBES, 5.0),
+        (Traffic(Shape(80, 31), Drain.TRAFFIC), 2.5),
+        (Traffic(Shape(80, 31), Drain.ENGINE_SHAPE), 2.5),
     ):
         clock = Clock()
         est = _estimator(clock, traffic=traffic)
         est.decode = learned_model()
-        assert (est.estimate(0.05).drain, est.estimate(0.05).drain_basis) == (None, Drain.NONE)
+        assert (est.estimate(0.05).drain, est.estimate(0.05).drain_basis) == (None, traffic.basis)
         est.observe(_queued(clock, wait=2.0))  # the probes' service 0.8 s at full batch
         figure = est.estimate(0.05)
         assert figure.drain == pytest.approx(drain)
-        assert figure.drain_basis is basis
+        assert figure.drain_basis is traffic.basis
+
+
+def test_without_a_shape_the_depth_is_withheld_and_the_shape_free_figures_stay() -> None:
+    """Nobody gave the traffic's shape: no waiting figure and no drain rate (the probes' own
+    shape read 25 waiting for a true 4 against answers 7.5 times theirs), while the wait in
+    seconds, whether a queue exists and the running figure need no shape."""
+    clock = Clock()
+    est = _estimator(clock, traffic=UNSTATED)
+    est.decode = learned_model()
+    for batch in (2, 3, 4):  # below the knee: the decode slowdown gives running
+        est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, gap(batch), False))
+    figure = est.estimate(0.05)
+    assert (figure.waiting, figure.queue, figure.basis) == (None, False, Basis.NONE)
+    assert figure.running == pytest.approx(2.0)
+    assert figure.wait_seconds == 0.0
+    clock.now += 6.0
+    for _ in range(2):  # a queue: every slot busy, its length unknown
+        est.observe(_queued(clock, wait=2.0))
+    figure = est.estimate(0.05)
+    assert (figure.waiting, figure.drain, figure.drain_basis) == (None, None, Drain.PROBE_SHAPE)
+    assert (figure.queue, figure.running, figure.slots) == (True, 4.0, 4)
+    assert figure.wait_seconds == pytest.approx(2.0)
 
 
 def test_a_queue_gives_every_slot_before_any_pair_is_read() -> None:
@@ -346,7 +372,9 @@ def test_a_failing_estimate_costs_its_target_its_figures_not_the_scrape() -> Non
     assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="fine"} 1.0' in text
     assert 'target="broken"' in text  # its basis says none
     assert 'llmprober_queue_estimate_basis{basis="none",model="m",target="broken"} 1.0' in text
-    assert 'llmprober_queue_drain_basis{basis="none",model="m",target="fine"} 1.0' in text
+    # no `traffic:`: the shape nobody gave, said from the start
+    assert 'llmprober_queue_drain_basis{basis="probe_shape",model="m",target="fine"} 1.0' in text
+    assert 'llmprober_queue_drain_basis{basis="none",model="m",target="broken"} 1.0' in text
     assert "llmprober_queue_drain_rate{" not in text  # no figure without a queued probe
 
 

@@ -9,6 +9,7 @@ import pytest
 from prober.settings import ConfigError, load_settings
 
 GE1 = "must be at least 1"
+SHAPE = "'probes' or a mapping {prompt_tokens: N, output_tokens: N}"
 BASE = "targets:\n  - {name: a, url: 'http://127.0.0.1:1/v1', model: m, %s}\n"
 
 
@@ -23,8 +24,15 @@ BASE = "targets:\n  - {name: a, url: 'http://127.0.0.1:1/v1', model: m, %s}\n"
         ("slots: four", "targets[0].slots: must be an integer, got 'four'"),
         ("pair_share: 1.5", "targets[0].pair_share: must be at most 1, got 1.5"),
         ("probes_in_flight: 0", f"targets[0].probes_in_flight: {GE1}, got 0"),
-        ("traffic: {output_tokens: 0}", f"targets[0].traffic.output_tokens: {GE1}, got 0"),
-        ("traffic: {shape: 3}", "targets[0].traffic.shape: unknown key"),
+        ("traffic: {prompt_tokens: 20, output_tokens: 0}",
+         f"targets[0].traffic.output_tokens: {GE1}, got 0"),
+        ("traffic: {prompt_tokens: 20, output_tokens: 120, shape: 3}",
+         "targets[0].traffic.shape: unknown key"),
+        # Both lengths or none: the other would be the probes', which nobody said.
+        ("traffic: {prompt_tokens: 20}", "targets[0].traffic.output_tokens: required"),
+        ("traffic: probe", f"targets[0].traffic: must be {SHAPE}, got 'probe'"),
+        ("traffic: 120", f"targets[0].traffic: must be {SHAPE}, got 120"),
+        ("traffic: [20, 120]", f"targets[0].traffic: must be {SHAPE}, got [20, 120]"),
     ],
 )  # fmt: skip
 def test_bad_queue_options_are_one_line_naming_the_field(
@@ -45,3 +53,13 @@ def test_the_slots_hint_and_traffic_shape_are_read(tmp_path: Path) -> None:
     assert (target.traffic.prompt_tokens, target.traffic.output_tokens) == (512, 128)
     assert target.pair_share == 0.5
     assert target.probes_in_flight == 1
+
+
+def test_the_traffic_is_unstated_by_default_and_may_be_said_to_look_like_the_probes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(BASE % "slots: 4")
+    assert load_settings(path).targets[0].traffic is None
+    path.write_text(BASE % "traffic: probes")
+    assert load_settings(path).targets[0].traffic == "probes"

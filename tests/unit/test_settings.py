@@ -423,6 +423,13 @@ def _numeric_fields() -> list[tuple[str, str]]:
     return found
 
 
+# What a section needs besides the field under test, so that field's is the one fault.
+_REQUIRED: dict[str, dict[str, object]] = {
+    "load": {"rate": 1.0},
+    "traffic": {"prompt_tokens": 20, "output_tokens": 120},
+}
+
+
 def _with_true(where: str, name: str) -> dict[str, object]:
     target: dict[str, object] = {"name": "a", "url": "http://x/v1", "model": "m"}
     doc: dict[str, object] = {"targets": [target]}
@@ -432,7 +439,7 @@ def _with_true(where: str, name: str) -> dict[str, object]:
         target[name] = True
     else:
         section = where.rpartition(".")[2]
-        target[section] = {**({"rate": 1.0} if section == "load" else {}), name: True}
+        target[section] = {**_REQUIRED.get(section, {}), name: True}
     return doc
 
 
