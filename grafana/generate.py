@@ -188,7 +188,9 @@ def queue_and_health_panels() -> list[tuple[Panel, int, int]]:
         (timeseries("Waiting requests", [
             q(depth.format(sel=SEL, state="waiting"), "{{target}} {{source}}", "A"),
         ], "short", "source=server: the engine's own count; source=estimate: the prober's "
-           "estimate from queue wait and drain rate."), 8, 8),
+           "estimate from queue wait and drain rate, absent where the drain rate would rest on "
+           "a traffic shape nobody gave (drain basis probe_shape: set traffic:, or a "
+           "metrics_url whose engine counts its requests' tokens)."), 8, 8),
         (timeseries("Running requests", [
             q(depth.format(sel=SEL, state="running"), "{{target}} {{source}}", "A"),
         ], "short", "Requests holding a slot, from the server and as estimated from decode "
@@ -283,7 +285,8 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
             q(f"llmprober:queue_waiting:sum{{{SEL}}}", "{{target}} fleet backlog", "A"),
             q(f"llmprober:queue_waiting:max{{{SEL}}}", "{{target}} worst prober view", "B"),
         ], "short", f"llmprober:queue_waiting:sum, AverageValue {q_th:g}: the HPA wants "
-           f"backlog / {q_th:g} replicas. Red line: the per-replica target.",
+           f"backlog / {q_th:g} replicas. Red line: the per-replica target. Empty where no "
+           "depth is made: no metrics_url and no traffic: shape (drain basis probe_shape).",
            threshold=q_th), 12, 8),
         (timeseries("TTFT p95 (trigger ttft-p95)", [
             q(f"llmprober:ttft_seconds:p95_5m{{{SEL}}}", "{{target}} p95", "A"),
@@ -295,7 +298,8 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
             q(f"llmprober:requests_in_system:sum{{{SEL}}}", "{{target}} waiting + running", "A"),
             q(f"llmprober:queue_running:sum{{{SEL}}}", "{{target}} running", "B"),
         ], "short", f"llmprober:requests_in_system:sum, AverageValue {in_th:g} (75 % of the "
-           "slots of one replica): keeps the capacity that a drained queue still needs.",
+           "slots of one replica): keeps the capacity that a drained queue still needs. Needs "
+           "the waiting depth: empty where it is withheld (drain basis probe_shape).",
            threshold=in_th), 12, 8),
         (timeseries("Replicas each trigger asks for", [
             q(f"ceil(llmprober:queue_waiting:sum{{{SEL}}} / {q_th:g})",
@@ -310,7 +314,9 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
             q(f"llmprober:saturation:max{{{SEL}}}", "{{target}} most saturated engine", "A"),
             q(f"llmprober:saturation:avg{{{SEL}}}", "{{target}} fleet mean", "B"),
         ], "none", "Busy slots / slots below 1, 1 + waiting / slots above: continuous across "
-           "the knee, so it rises before the queue and TTFT do. Red line: 1, every slot busy.",
+           "the knee, so it rises before the queue and TTFT do. Red line: 1, every slot busy. "
+           "Where the estimate's depth is withheld (drain basis probe_shape) it is shown "
+           "below the knee only.",
            threshold=1.0), 12, 8),
         (timeseries("Queue estimate basis", [
             q(f"max by (target, basis) (llmprober_queue_estimate_basis{{{SEL}}} == 1)",
@@ -319,9 +325,11 @@ def capacity_panels() -> list[tuple[Panel, int, int]]:
               "{{target}} drain rate: {{basis}}", "B"),
         ], "none", "What the estimate rests on: server (engine counters), own_load (the "
            "prober's load is the traffic), probes_hint / probes_learned (probes alone, slots "
-           "hinted or learned), none (not enough data yet). Prefer server, then the estimate. "
-           "Its drain rate: server, traffic (the traffic: shape given), probe_shape (none "
-           "given: the traffic assumed shaped like the probes), none."),
+           "hinted or learned), none (not enough data yet, or no traffic shape). Prefer "
+           "server, then the estimate. Its drain rate: server, engine_shape (the traffic's "
+           "shape from the engine's token counters), traffic (the traffic: shape given), "
+           "traffic_probes (traffic: probes), probe_shape (no shape given: no waiting depth "
+           "is exported), none."),
          6, 8),
         (timeseries("Engine slots", [
             q(f"max by (target, source) (llmprober_engine_slots{{{SEL}}})",
