@@ -37,7 +37,7 @@ from panels import (
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "grafana" / "dashboards"
-KEDA = ROOT / "deploy" / "kubernetes" / "sidecar" / "keda-scaledobject.yaml"
+KEDA = ROOT / "deploy" / "kubernetes" / "autoscale-keda" / "keda-scaledobject.yaml"
 BY_TARGET = "sum by (target, model)"
 GOODPUT = (
     f"{BY_TARGET} (rate(llmprober_requests_good_total{{{SEL_MODE}}}[{RI}])) / {BY_TARGET} "

@@ -161,7 +161,7 @@ def test_latency_panels_quantiles_and_heatmaps() -> None:
 
 def test_capacity_thresholds_are_the_autoscaler_thresholds() -> None:
     keda = yaml.safe_load(
-        (DEPLOY / "kubernetes" / "sidecar" / "keda-scaledobject.yaml").read_text()
+        (DEPLOY / "kubernetes" / "autoscale-keda" / "keda-scaledobject.yaml").read_text()
     )
     thresholds = {t["name"]: float(t["metadata"]["threshold"]) for t in keda["spec"]["triggers"]}
     capacity = by_uid("llm-prober-capacity")

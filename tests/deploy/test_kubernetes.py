@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.deploy.kustomize import FRAGMENTS, kustomize_files, layouts
 from tests.support.deploy import (
     K8S_DIR,
     ROOT,
@@ -23,12 +24,10 @@ from tests.support.deploy import (
     k8s_objects,
     load_yaml,
     load_yaml_docs,
-    missing_tool,
     recorded_names,
     recording_rules,
     rule_groups,
     run,
-    venv_tool,
 )
 
 # Oldest version the manifests target (apps.kubernetes.io/pod-index is GA since 1.32) and
@@ -40,6 +39,7 @@ CUSTOM_KINDS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject.keda.sh_v1alpha1.yaml",
 }
 PROBER_IMAGE = "llm-prober"
+KEDA_FILE = K8S_DIR / "autoscale-keda" / "keda-scaledobject.yaml"
 
 
 def newest_k8s(kubernetes_validate: Path) -> str:
@@ -303,45 +303,10 @@ def test_services_select_pods_and_monitors_select_services() -> None:
         assert "llm-prober" in jobs, f"{path}: LLMProberExporterDown matches job=llm-prober"
 
 
-LAYOUTS = ("standalone", "sidecar", "hpa", "sharded")
-
-
-def kustomize_files(folder: Path) -> set[Path]:
-    """Manifest files a kustomization pulls in, following folder references."""
-    files: set[Path] = set()
-    for resource in load_yaml(folder / "kustomization.yaml")["resources"]:
-        target = (folder / resource).resolve()
-        if target.is_dir():
-            assert (target / "kustomization.yaml").is_file(), f"{folder}: {resource}"
-            files |= kustomize_files(target)
-        else:
-            # kustomize refuses files outside the kustomization's folder
-            assert target.is_file(), f"{folder}: {resource}"
-            assert target.parent == folder.resolve(), f"{folder}: {resource} (use a folder)"
-            files.add(target)
-    return files
-
-
-def test_every_manifest_belongs_to_a_layout() -> None:
-    reached = set().union(*(kustomize_files(K8S_DIR / layout) for layout in LAYOUTS))
+def test_every_manifest_belongs_to_a_kustomization() -> None:
+    folders = [*layouts(), *FRAGMENTS]
+    reached = set().union(*(kustomize_files(K8S_DIR / folder) for folder in folders))
     assert {p.resolve() for p in k8s_manifest_files()} == reached
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_kustomize_builds_the_layout(layout: str) -> None:
-    kubectl = venv_tool("kubectl")
-    if kubectl is None:
-        missing_tool("kubectl not found (it carries kustomize)")
-    assert kubectl is not None
-    out = run([kubectl, "kustomize", K8S_DIR / layout])
-    assert out.returncode == 0, out.stderr
-    built = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
-    expected = {
-        (d["kind"], d["metadata"]["name"])
-        for path in kustomize_files(K8S_DIR / layout)
-        for d in load_yaml_docs(path)
-    }
-    assert built == expected
 
 
 # --- autoscaling contract --------------------------------------------------------------------
@@ -376,7 +341,7 @@ def test_keda_scales_the_sidecar_engine_on_recording_rules() -> None:
 
 def test_keda_saturation_option_is_a_valid_trigger_on_a_recording_rule() -> None:
     """The commented saturation trigger, uncommented, is a trigger like the shipped ones."""
-    text = (ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml").read_text()
+    text = KEDA_FILE.read_text()
     block = text.split("# option: saturation\n", 1)[1]
     lines = [line.replace("# ", "", 1) for line in block.splitlines() if line.strip()]
     [trigger] = yaml.safe_load("\n".join(lines))
@@ -391,7 +356,9 @@ def test_keda_saturation_option_is_a_valid_trigger_on_a_recording_rule() -> None
 
 def adapter_rules() -> dict[str, dict[str, Any]]:
     [(_, cm)] = [
-        (p, o) for p, o in objects_of("ConfigMap") if o["metadata"]["name"] == "adapter-config"
+        (p, o)
+        for p, o in objects_of("ConfigMap")
+        if o["metadata"]["name"] == "llm-prober-adapter-rules"
     ]
     config = yaml.safe_load(cm["data"]["config.yaml"])
     return {r["name"]["as"]: r for r in config["externalRules"]}
@@ -465,7 +432,7 @@ def test_manifest_documents_parse() -> None:
 
 def commented_option(name: str) -> list[dict[str, Any]]:
     """The triggers of the ScaledObject's commented `# option: NAME` block, uncommented."""
-    text = (ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml").read_text()
+    text = KEDA_FILE.read_text()
     block = text.split(f"# option: {name}\n", 1)[1].split("# end option\n", 1)[0]
     lines = [line.replace("# ", "", 1) for line in block.splitlines() if line.strip()]
     triggers: list[dict[str, Any]] = yaml.safe_load("\n".join(lines))

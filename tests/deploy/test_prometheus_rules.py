@@ -166,7 +166,7 @@ def test_autoscaling_contract_rules_have_value_tests() -> None:
     """Every recording rule that an autoscaler or the Capacity dashboard reads is pinned to
     hand-computed values by a promql_expr_test."""
     capacity = " ".join(dashboard_exprs("llm-prober-capacity.json"))
-    keda = (DEPLOY / "kubernetes" / "sidecar" / "keda-scaledobject.yaml").read_text()
+    keda = (DEPLOY / "kubernetes" / "autoscale-keda" / "keda-scaledobject.yaml").read_text()
     used = recorded_names(capacity) | recorded_names(keda)
     tested: set[str] = set()
     for path in TEST_FILES:

@@ -35,7 +35,7 @@ from prober.sim.engine import Engine
 from prober.workload import read_trace, resolve_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "deploy/kubernetes/sidecar/keda-scaledobject.yaml"
+SHIPPED = ROOT / "deploy/kubernetes/autoscale-keda/keda-scaledobject.yaml"
 
 
 def shipped_behavior() -> Behavior:
