@@ -21,8 +21,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from prober import __version__
-from prober.config.flags import TARGET_FLAGS, add_target_flags, target_flags
+from prober.config.flags import FLAG_NAMES, add_target_flags, target_flags
 from prober.logs import get_logger, setup_logging
+from prober.preflight import check_targets
 from prober.request import DEFAULT_TIMEOUTS, Api
 from prober.request.wire import client_session
 from prober.settings import ConfigError, FieldError, ServerConfig, TargetConfig, load_settings
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("config", type=Path)
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="also send each target one streamed one-token request: one line per target, "
+        "ok or what to fix (exit 1 if any fails)",
+    )
 
     probe = sub.add_parser("probe", help="send one streaming request and print the result")
     probe.add_argument("--url", required=True, help="OpenAI base URL, e.g. http://host:8080/v1")
@@ -131,7 +138,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         listen_addresses(settings.server)  # resolvable; only `run` can tell if it is free
         print(f"{args.config}: ok ({len(settings.targets)} targets)")
-        return 0
+        return asyncio.run(_check_targets(settings.targets)) if args.probe else 0
     if command == "run":
         return run_daemon(args.config)
     if command == "probe":
@@ -276,10 +283,9 @@ _PROBE_FLAGS = {
     "api": "--api",
     "prompt_tokens": "--prompt-tokens",
     "max_tokens": "--max-tokens",
-    "api_key_env": "--api-key-env",
     "timeouts.first_token_seconds": "--timeout",
     "timeouts.total_seconds": "--timeout",
-    **{field_path(loc): flag for loc, flag in TARGET_FLAGS.items()},
+    **FLAG_NAMES,  # --api-key-env, --header, --api-key-header, --ca-file
 }
 
 
@@ -311,6 +317,15 @@ def probe_target(args: argparse.Namespace) -> Target:
         return Target.from_config(cfg)
     except FieldError as exc:  # the key's faults name the field: name the flag
         raise FieldError(_PROBE_FLAGS.get(exc.field, exc.field), exc.message) from None
+
+
+async def _check_targets(targets: list[TargetConfig]) -> int:
+    """`check-config --probe`: one line per target, exit 1 when any failed."""
+    setup_logging("auto", "error", stream=sys.stderr)
+    lines = await check_targets(targets)
+    for _, line in lines:
+        print(line, flush=True)
+    return 0 if all(ok for ok, _ in lines) else 1
 
 
 async def _probe(args: argparse.Namespace) -> int:

@@ -37,9 +37,11 @@ from prometheus_client import CollectorRegistry
 
 from prober.bench.config import MAX_CONCURRENCY, BenchConfig, Level, Mode
 from prober.bench.watch import ClientLoad, ClientWatch
+from prober.config.flags import FLAG_NAMES
 from prober.load import LoadDriver, requests
 from prober.loadconfig import LoadConfig
 from prober.metrics import Metrics
+from prober.preflight import diagnosis
 from prober.prompts import PromptBuilder
 from prober.record import Recorder
 from prober.request.wire import client_session
@@ -199,9 +201,9 @@ class BenchRunner:
                 prompts=self.prompts,
             )
             if not result.ok:
+                problem = diagnosis(result, self.target.config, FLAG_NAMES)
                 raise PreflightError(
-                    f"pre-flight request to {cfg.url} failed ({result.outcome.value}): "
-                    f"{result.error or 'no detail'}"
+                    f"pre-flight request to {cfg.url} failed ({result.outcome.value}): {problem}"
                 )
             error = abs((result.prompt_tokens or 0) / tokens - 1)
             if error <= _CALIBRATION_TOLERANCE:

@@ -17,11 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prober.validation import field_path
+
 # The flag behind each target field these flags set, by the field's location in a fault.
 TARGET_FLAGS: dict[tuple[int | str, ...], str] = {
     ("headers",): "--header",
     ("api_key_header",): "--api-key-header",
     ("tls", "ca_file"): "--ca-file",
+}
+# The same by the field's path, with the key's variable both commands take: how a message
+# about a target's field names it to the user of `probe` or `bench`.
+FLAG_NAMES = {"api_key_env": "--api-key-env"} | {
+    field_path(loc): flag for loc, flag in TARGET_FLAGS.items()
 }
 
 

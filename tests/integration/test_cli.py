@@ -132,6 +132,23 @@ def test_check_config(tmp_path: Path) -> None:
     assert "targets[0].model: required" in out.stderr
 
 
+def test_check_config_probe_tries_each_target(tmp_path: Path, sim_port: int) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(
+        MINIMAL.format(port=9470, sim=sim_port)
+        + f"  - name: no-v1\n    url: http://127.0.0.1:{sim_port}\n    model: any\n"
+    )
+    out = subprocess.run([*CLI, "check-config", str(path), "--probe"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines() == [
+        f"{path}: ok (2 targets)",
+        f"targets[0] (local): ok (http://127.0.0.1:{sim_port}/v1)",
+        f"targets[1] (no-v1): http_4xx: HTTP 404 from http://127.0.0.1:{sim_port}/chat/completions:"
+        " is the base URL the one that ends in /v1?",
+    ]
+
+
 def test_daemon_serves_and_exits_0_on_sigterm_within_grace(tmp_path: Path, sim_port: int) -> None:
     port = free_port()
     config = tmp_path / "config.yml"

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("configuration", {"section", "loadconfig", "config", "settings", "targets"}),
     ("capacity", {"capacity"}),
     ("recording", {"record"}),
-    ("probes and load", {"schedule", "load"}),
+    ("probes and load", {"schedule", "load", "preflight"}),
     ("daemon", {"web"}),
     ("tools", {"sim", "bench"}),
     ("experiments", {"demo", "autoscale"}),
