@@ -53,9 +53,8 @@ def guide() -> str:
 
 
 def overlay_text() -> str:
-    [block] = [
-        b for b in re.findall(r"```yaml\n(.*?)```", guide(), re.S) if b.startswith(OVERLAY_HEAD)
-    ]
+    blocks: list[str] = re.findall(r"```yaml\n(.*?)```", guide(), re.S)
+    [block] = [b for b in blocks if b.startswith(OVERLAY_HEAD)]
     return block
 
 
