@@ -258,7 +258,8 @@ def run_bench(args: argparse.Namespace) -> int:
     except PreflightError as exc:
         print(f"llm-prober bench: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    from prober.bench.report import print_summary, write_json
+    from prober.bench.report import write_json
+    from prober.bench.text import print_summary
 
     print_summary(doc)
     if args.out is not None:

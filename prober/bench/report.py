@@ -1,10 +1,11 @@
-"""The bench report: the JSON document (keys are a public contract) and the summary table.
+"""The bench report: the JSON document (its keys are a public contract) and its writer.
 
-`build_report` turns a `SweepRun` into `{"config", "environment", "levels", "knee",
-"capacity"}`; each level carries its identity (`{"concurrency": C}` or `{"rate": R}`), the
-statistics of `stats.summarize`, the `client` block (`watch.verdict`: was the client itself
-the bottleneck?), and one record per measured request. `print_summary` renders the levels as
-a rich table, with the client warnings, the knee and the capacity underneath.
+`build_report` turns a `SweepRun` into `{"config", "environment", "intervals", "levels",
+"knee", "capacity", "warnings"}`; each level carries its identity (`{"concurrency": C}` or
+`{"rate": R}`, with the achieved `arrival_rate` beside the nominal one in an open loop), the
+statistics of `stats.summarize` with their intervals, the `client` block (`watch.verdict`:
+was the client itself the bottleneck?), and one record per measured request; the knee, the
+capacity and the warnings are `verdicts.py`'s. `text.py` renders it for the terminal.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from prober import __version__, timings
-from prober.bench import stats
+from prober.bench import intervals, stats, verdicts
 from prober.bench.config import BenchConfig, Mode
 from prober.bench.runner import LevelRun, SweepRun
 from prober.bench.watch import verdict
@@ -39,9 +37,16 @@ def build_report(cfg: BenchConfig, sweep: SweepRun) -> dict[str, Any]:
     return {
         "config": cfg.as_json(),
         "environment": environment(sweep),
+        "intervals": {
+            "confidence": intervals.CONFIDENCE,
+            "replicates": intervals.REPLICATES,
+            "min_requests": intervals.MIN_REQUESTS,
+            "method": "percentile bootstrap over the level's requests, seeded (docs/bench.md)",
+        },
         "levels": levels,
-        "knee": stats.knee(levels),
-        "capacity": stats.capacity(levels, cfg.capacity_goodput, cfg.target_rate),
+        "knee": verdicts.knee(levels),
+        "capacity": verdicts.capacity(levels, cfg.capacity_goodput, cfg.target_rate),
+        "warnings": verdicts.warnings(levels),
     }
 
 
@@ -53,16 +58,28 @@ def level_report(
     concurrency = int(run.level.value) if closed else None
     summary = stats.summarize(run.results, slo, baseline=baseline, concurrency=concurrency)
     origin = min((r.t_sched_ns for r in run.results), default=0)
+    if not closed:
+        summary["arrival_rate"] = stats.arrival_rate(run.results, run.level.value, run.dropped)
+    client = None
+    if run.client is not None:
+        client = verdict(run.client, event_loop, _latency_scale(summary))
     return {
         **key,
         "level": key,
         **summary,
-        "client": verdict(run.client, event_loop) if run.client is not None else None,
+        "client": client,
         "warmup_requests": run.warmup,
         "connections_warmed": run.connections_warmed,
         "dropped": run.dropped,
         "requests": [request_record(r, origin, slo) for r in run.results],
     }
+
+
+def _latency_scale(summary: dict[str, Any]) -> float | None:
+    """The finest latency the level measured: the smaller of its TTFT p50 and ITL p50."""
+    figures = [summary.get(k, {}).get("p50") for k in ("ttft_seconds", "itl_seconds")]
+    present = [f for f in figures if f]
+    return min(present) if present else None
 
 
 def request_record(r: RequestResult, origin_ns: int, slo: Slo) -> dict[str, Any]:
@@ -104,135 +121,3 @@ def write_json(doc: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     tmp.replace(path)
-
-
-def _ms(value: Any) -> str:
-    return "-" if value is None else f"{value * 1000:.0f}"
-
-
-def _num(value: Any, fmt: str = ".2f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _level_name(level: dict[str, Any]) -> str:
-    if "concurrency" in level:
-        return f"c={level['concurrency']}"
-    return f"{level['rate']:g}/s"
-
-
-def _client_cell(lvl: dict[str, Any]) -> str:
-    client = lvl.get("client")
-    if not client:
-        return "-"
-    share = client.get("cpu_share")
-    mark = "BOUND " if client.get("client_bound") else ""
-    return f"{mark}{_num(share)}"
-
-
-def summary_table(doc: dict[str, Any]) -> Table:
-    loop = doc.get("environment", {}).get("event_loop")
-    on = f" (client on {loop})" if loop else ""
-    table = Table(title=f"llm-prober bench: {doc['config']['model']} at {doc['config']['url']}{on}")
-    for name in (
-        "level",
-        "ok/all",
-        "req/s",
-        "tok/s",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p50",
-        "ITL p99",
-        "E2E p50",
-        "goodput",
-        "L",
-        "λW",
-        "L/λW",
-        "λW/C",
-        "client CPU",
-    ):
-        table.add_column(name, justify="right")
-    for lvl in doc["levels"]:
-        little = lvl.get("littles_law", {})
-        table.add_row(
-            _level_name(lvl["level"]),
-            f"{lvl.get('requests_ok', 0)}/{lvl['requests_total']}",
-            _num(lvl.get("request_throughput")),
-            _num(lvl.get("output_token_throughput"), ".1f"),
-            _ms(lvl.get("ttft_seconds", {}).get("p50")),
-            _ms(lvl.get("ttft_seconds", {}).get("p99")),
-            _ms(lvl.get("tpot_seconds", {}).get("p50")),
-            _ms(lvl.get("itl_seconds", {}).get("p99")),
-            _ms(lvl.get("e2e_seconds", {}).get("p50")),
-            f"{lvl['goodput']['ratio']:.0%}" if "goodput" in lvl else "-",
-            _num(little.get("mean_in_flight")),
-            _num(little.get("lambda_times_w")),
-            _num(little.get("ratio"), ".3f"),
-            _num(little.get("lambda_w_over_concurrency"), ".3f"),
-            _client_cell(lvl),
-        )
-    table.caption = (
-        "latencies in ms; L = mean in flight, λW = completion rate × mean E2E, C = configured "
-        "concurrency; client CPU in cores, BOUND = the client was the bottleneck"
-    )
-    return table
-
-
-def client_lines(doc: dict[str, Any]) -> list[str]:
-    """One warning per level whose client was the bottleneck: its latencies are suspect."""
-    lines = []
-    for lvl in doc["levels"]:
-        client = lvl.get("client") or {}
-        if client.get("client_bound"):
-            lines.append(
-                f"{_level_name(lvl['level'])}: the client was the bottleneck "
-                f"({'; '.join(client['reasons'])}): its latencies include the client's own "
-                "queueing and are not trustworthy"
-            )
-    return lines
-
-
-def verdict_lines(doc: dict[str, Any]) -> list[str]:
-    knee, cap = doc["knee"], doc["capacity"]
-    lines = []
-    if knee["level"] is None:
-        lines.append(f"knee: none found ({knee['rule']})")
-    else:
-        lines.append(
-            f"knee: {_level_name(knee['level'])} (TTFT p99 {knee['ttft_p99_seconds']:.3f}s vs "
-            f"{knee['baseline_ttft_p99_seconds']:.3f}s at the lowest level, throughput "
-            f"{knee['throughput_gain']:+.0%}); last scaling level "
-            f"{_level_name(knee['last_scaling_level'])}"
-        )
-    if cap["level"] is None:
-        lines.append(f"capacity: no level meets the SLO ({cap['rule']})")
-    else:
-        lines.append(
-            f"capacity: {_level_name(cap['level'])} (goodput {cap['goodput_ratio']:.0%}, "
-            f"{cap['request_throughput']:.2f} req/s, "
-            f"mean E2E {cap['mean_e2e_from_send_seconds']:.3f}s)"
-        )
-        if "slots_needed" in cap:
-            lines.append(_slots_line(cap))
-    return lines
-
-
-def _slots_line(cap: dict[str, Any]) -> str:
-    rate, w = cap["target_rate"], cap["mean_e2e_from_send_seconds"]
-    in_system = f"{cap['slots_needed']} in system ({rate:g} x {w:.3f}s E2E)"
-    if "slots_needed_service" not in cap:
-        return f"slots for {rate:g} req/s by Little's law: {in_system}"
-    wait = cap.get("mean_queue_wait_seconds") or 0.0
-    return (
-        f"slots for {rate:g} req/s by Little's law: {cap['slots_needed_service']} from "
-        f"service time ({rate:g} x {cap['mean_service_seconds']:.3f}s = E2E minus "
-        f"{wait:.3f}s queue wait), {in_system}"
-    )
-
-
-def print_summary(doc: dict[str, Any], console: Console | None = None) -> None:
-    out = console or Console()
-    if console is None and not out.is_terminal:
-        out.width = 160  # a pipe or a file: do not squeeze the table into 80 columns
-    out.print(summary_table(doc))
-    for line in [*client_lines(doc), *verdict_lines(doc)]:
-        out.print(line, highlight=False)

@@ -1,31 +1,29 @@
-"""Bench maths and flags without a server: percentiles, Little's law, knee, capacity, the
-configuration's one-line errors, and the report's table. Stamps are plain integers (ns)."""
+"""Bench maths and flags without a server: percentiles, Little's law, the level summary, the
+configuration's one-line errors, and the report's table. Stamps are plain integers (ns).
+The intervals are tests/unit/test_bench_intervals.py's, the verdicts test_bench_verdicts.py's."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import io
-from typing import Any
 
 import pytest
 from rich.console import Console
 
 from prober.bench import add_bench_parser, config_from_args, run_bench
 from prober.bench.config import BenchConfig, Mode, parse_levels
-from prober.bench.report import print_summary, verdict_lines
 from prober.bench.stats import (
-    capacity,
     distribution,
     in_flight_area,
-    knee,
     littles_law,
     percentile,
     prefill_baseline,
-    queue_wait,
-    service_time,
     summarize,
 )
+from prober.bench.text import print_summary, verdict_lines
+from prober.bench.throughput import queue_wait, service_time
+from prober.bench.verdicts import capacity, knee
 from prober.result import Outcome, RequestResult, TokenSource
 from prober.timings import Slo
 from tests.support.results import S
@@ -199,63 +197,7 @@ def test_summarize_counts_outcomes_goodput_and_throughput() -> None:
     assert summarize([], SLO)["requests_total"] == 0
 
 
-# --- knee and capacity --------------------------------------------------------------------
-
-
-def level(c: int, ttft_p99: float, tokens_per_s: float, goodput: float) -> dict[str, Any]:
-    return {
-        "level": {"concurrency": c},
-        "ttft_seconds": {"p99": ttft_p99},
-        "output_token_throughput": tokens_per_s,
-        "request_throughput": tokens_per_s / 10,
-        "goodput": {"ratio": goodput, "requests_per_second": goodput * tokens_per_s / 10},
-        "littles_law": {"mean_e2e_from_send_seconds": 0.5 * c},
-        "service_time_seconds": {"mean": 0.2 * c},
-        "queue_wait_seconds": {"mean": 0.3 * c},
-    }
-
-
-def test_knee_is_first_level_with_doubled_tail_and_flat_throughput() -> None:
-    levels = [
-        level(1, 0.10, 100, 1.0),
-        level(2, 0.25, 180, 1.0),  # tail 2.5x but throughput +80 %: still scaling
-        level(4, 0.40, 190, 1.0),  # tail 4x, throughput +5.6 %: the knee
-        level(8, 1.00, 192, 0.5),
-    ]
-    k = knee(levels)
-    assert k["level"] == {"concurrency": 4}
-    assert k["last_scaling_level"] == {"concurrency": 2}
-    assert k["throughput_gain"] == pytest.approx(190 / 180 - 1)
-    assert k["baseline_ttft_p99_seconds"] == 0.10
-
-
-def test_no_knee_while_throughput_scales() -> None:
-    levels = [level(1, 0.1, 100, 1), level(2, 0.3, 200, 1), level(4, 0.9, 390, 1)]
-    assert knee(levels)["level"] is None
-    assert knee([])["level"] is None
-
-
-def test_capacity_is_last_level_of_unbroken_slo_run_and_sizes_slots() -> None:
-    levels = [
-        level(1, 0.1, 100, 1.0),
-        level(2, 0.2, 180, 0.95),
-        level(4, 0.4, 190, 0.80),  # misses 0.9
-        level(8, 0.4, 190, 0.95),  # a pass above a miss is not trusted
-    ]
-    cap = capacity(levels, 0.9, target_rate=10.0)
-    assert cap["level"] == {"concurrency": 2}
-    assert cap["mean_e2e_from_send_seconds"] == 1.0
-    assert cap["concurrency_needed"] == pytest.approx(10.0)
-    assert cap["slots_needed"] == 10
-    # Service time alone (E2E minus queue wait) needs fewer slots than time in system.
-    assert cap["mean_service_seconds"] == pytest.approx(0.4)
-    assert cap["concurrency_needed_service"] == pytest.approx(4.0)
-    assert cap["slots_needed_service"] == 4
-    line = verdict_lines({"knee": knee(levels), "capacity": cap})[-1]
-    assert line.startswith("slots for 10 req/s by Little's law: 4 from service time")
-    assert "10 in system" in line
-    assert capacity(levels[2:3], 0.9, None)["level"] is None
-    assert "slots_needed" not in capacity(levels, 0.9, None)
+# --- the table ------------------------------------------------------------------------
 
 
 def test_verdict_lines_and_table_render() -> None:
@@ -273,7 +215,7 @@ def test_verdict_lines_and_table_render() -> None:
     buffer = io.StringIO()
     print_summary(doc, Console(file=buffer, width=200))
     assert "c=1" in buffer.getvalue()
-    assert "the client was the bottleneck" not in buffer.getvalue()
+    assert "c=1: the client was the bottleneck" not in buffer.getvalue()
 
 
 def test_a_client_bound_level_is_flagged_in_the_table() -> None:
