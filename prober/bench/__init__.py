@@ -2,8 +2,11 @@
 against an OpenAI-compatible server, reported as JSON, a table and charts.
 
 Modules: `config` (validated `BenchConfig`), `runner` (sends through `Target.send` and
-`LoadDriver`), `stats` (pure maths: distributions, Little's law, knee, capacity), `report`
-(JSON document, summary table), `progress` (live bars), `plots` (PNGs), `cli` (flags).
+`LoadDriver`), `stats` (pure maths of a level: distributions, Little's law), `throughput`
+(its rates), `intervals` (seeded bootstrap intervals), `verdicts` (knee, capacity, warnings,
+judged on the intervals), `report` (JSON document), `text` (summary table and lines),
+`watch` (was the client the bottleneck?), `progress` (live bars), `plots` (PNGs), `cli`
+(flags).
 
 Public API: `add_bench_parser(subparsers)` and `run_bench(args)` for the command line;
 `measure(cfg)` (async) returns the report as a dict for library use and tests.
