@@ -107,6 +107,22 @@ def test_the_guides_overlay_renders_and_changes_the_image_and_the_label(
     assert of_kind(docs, "ScaledObject")
 
 
+def test_the_guides_rule_deletion_patch_removes_only_the_rule(
+    kubectl: Path, tmp_path: Path
+) -> None:
+    """For a second layout in one cluster: the overlay plus the guide's `$patch: delete`."""
+    [extra] = [b for b in re.findall(r"```yaml\n(.*?)```", guide(), re.S) if "$patch: delete" in b]
+    assert overlay_text().rstrip().splitlines()[-1].startswith("        value:")  # patches last
+    shutil.copytree(K8S_DIR, tmp_path / "deploy" / "kubernetes")
+    overlay = tmp_path / "overlays" / "llm"
+    overlay.mkdir(parents=True)
+    (overlay / "kustomization.yaml").write_text(overlay_text() + extra)
+    docs = render(kubectl, overlay)
+    assert not of_kind(docs, "PrometheusRule")
+    assert of_kind(docs, "ScaledObject")
+    assert of_kind(docs, "ServiceMonitor")
+
+
 def test_the_guides_adapter_values_command_gives_the_layouts_rules(kubectl: Path) -> None:
     command = re.search(r"python3 -c '\n(.*?)' > adapter-values.yaml", guide(), re.S)
     assert command, "the adapter values command is gone from docs/deploy.md"
