@@ -1,10 +1,18 @@
-"""Saturation rises before users feel the knee; skipped probe runs are counted.
+"""Saturation follows the engine's own as the load nears the knee; skipped probe runs are counted.
 
 Saturation (busy slots ÷ slots below the knee, 1 + waiting ÷ slots above it) is exported per
 target from the probes-alone estimate. On a ramp of someone else's Poisson traffic through
-the simulator's capacity, it must have risen past half the slots, and clearly above where the
-ramp began, at the last step before the probes' TTFT p95 breaks the SLO: the signal to scale
-on before users feel it.
+the simulator's capacity, at every step before the probes' TTFT p95 breaks the SLO (where an
+autoscaler must act), the estimate stays within the running figure's accuracy bound of the
+engine's own saturation over the same window, it rises as the engine's does, and past the
+knee waiting requests push it above 1.
+
+What it does not claim: a fixed level at the step before the break. Where the SLO breaks is
+a coarse bucket of a noisy p95 (0.65x to 0.9x of capacity), and the engine's own saturation
+there read 0.53 to 0.67 (2026-12-06); below 0.65x the engine's own rose by as little as 0.08
+from 0.3x to 0.5x. An earlier form asserted a rise of 0.15 and a level of 0.45 by that step,
+and failed on a fresh machine with the estimate at 0.38 -> 0.49: the engine's own rise, not
+the estimate, was too small for that bound.
 """
 
 from __future__ import annotations
@@ -14,20 +22,31 @@ import math
 import time
 from typing import Any
 
+import aiohttp
+
 from tests.support.daemon import daemon, scrape, value
-from tests.support.foreign_accuracy import Level, foreign_load, measure_capacity, sim_process
+from tests.support.foreign_accuracy import (
+    Level,
+    engine_truth,
+    foreign_load,
+    measure_capacity,
+    sim_process,
+)
+from tests.support.margins import holds
 
 SLOTS = 4
 ENGINE = ("--slots", str(SLOTS), "--decode-step", "0.02", "--decode-slowdown", "0.3")
 TTFT_SLO = 0.5
 RAMP = (0.3, 0.5, 0.65, 0.8, 0.9, 1.0, 1.3)  # × capacity: finer near the knee
-# With 4 slots a queue builds well before every slot is busy all the time (Erlang C: the
-# fewer the slots, the earlier the knee). Before the probes' TTFT p95 breaks the SLO,
-# saturation must already have risen past half the slots and by a clear step above where the
-# ramp began (runs here: 0.37 → 0.64, 0.32 → 0.50, 0.27 → 0.52 at the step before the break),
-# so a threshold below the knee fires before users feel it.
-RISEN = 0.45
-RISE = 0.15
+# The running figure's bound in the probes-alone accuracy tests: max(1, 25 % of the slots)
+# requests, here one slot of four.
+TRACKS = 0.25
+# Its rise from the first step to the last before the break, against the engine's own
+# (measured 2026-12-06: 0.19 for 0.20, 0.29 for 0.32).
+RISE_TRACKS = 0.1
+# The running figure averages the probes of the last 10 s (`_RUNNING_SECONDS` in
+# prober/capacity/probes.py): the engine's saturation is averaged over the same window.
+WINDOW_SECONDS = 10.0
 
 
 def _probe_ttft_buckets(samples: dict[Any, float]) -> dict[float, float]:
@@ -39,6 +58,23 @@ def _probe_ttft_buckets(samples: dict[Any, float]) -> dict[float, float]:
     return out
 
 
+def sample(samples: dict[Any, float], name: str, **labels: str) -> float | None:
+    """The one sample named `name` with `labels`; None where it is not exported."""
+    found = [
+        v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()
+    ]
+    return found[0] if found else None
+
+
+def true_saturation(waiting: float, running: float) -> float:
+    """The engine's own saturation: busy slots ÷ slots, 1 + waiting ÷ slots with a queue."""
+    return 1 + waiting / SLOTS if waiting > 0 else running / SLOTS
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def p95(before: dict[float, float], after: dict[float, float]) -> float:
     """The upper bound of the bucket holding the 95th percentile of what arrived between."""
     delta = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
@@ -46,40 +82,67 @@ def p95(before: dict[float, float], after: dict[float, float]) -> float:
     return next(le for le, n in delta if n >= 0.95 * total) if total else math.nan
 
 
-async def test_saturation_rises_before_ttft_p95_breaks_the_slo() -> None:
+async def test_saturation_follows_the_engines_before_ttft_p95_breaks_the_slo() -> None:
     with sim_process(*ENGINE) as base:
         capacity = await measure_capacity(base, 2 * SLOTS, 10)
         target = {
             "name": "engine", "url": f"{base}/v1", "model": "m", "interval_seconds": 0.5,
             "jitter_seconds": 0.1, "prompt_tokens": 40, "max_tokens": 16, "slots": SLOTS,
             "slo": {"ttft_seconds": TTFT_SLO}, "pair_share": 0.5,
+            "traffic": "probes",  # the load's prompts and answers are the probes' lengths
         }  # fmt: skip
-        steps: list[tuple[float, float, float]] = []
-        async with daemon({"targets": [target]}) as (url, _):
+        steps: list[tuple[float, float, float, float]] = []
+        truth: list[tuple[float, float]] = []  # (monotonic time, the engine's saturation)
+        session = aiohttp.ClientSession()
+        async with session, daemon({"targets": [target]}) as (url, _):
+            sampler = asyncio.create_task(_sample_truth(session, base, truth))
             await asyncio.sleep(8)  # the first pairs: the decode slowdown is learned
             for factor in RAMP:
                 level = Level(f"x{factor}", "poisson", rate=factor * capacity)
                 async with foreign_load(base, level, seconds=12):
                     await asyncio.sleep(4)
                     before = _probe_ttft_buckets(await scrape(url))
-                    sats = []
+                    sats, truths = [], []
                     end = time.monotonic() + 8
                     while time.monotonic() < end:
                         samples = await scrape(url)
-                        sats.append(value(samples, "llmprober_saturation", source="estimate"))
+                        sat = sample(samples, "llmprober_saturation", source="estimate")
+                        if sat is not None:
+                            sats.append(sat)
+                            truths.append(windowed(truth, time.monotonic()))
                         await asyncio.sleep(0.5)
                     after = _probe_ttft_buckets(samples)
-                steps.append((factor, sum(sats) / len(sats), p95(before, after)))
+                steps.append((factor, mean(sats), mean(truths), p95(before, after)))
+            sampler.cancel()
     report = "\n".join(
-        f"x{f:<4} saturation {s:5.2f}  probe TTFT p95 ≤ {t:.3f} s" for f, s, t in steps
+        f"x{f:<4} saturation {s:5.2f} (engine {e:5.2f} over the same window)  "
+        f"probe TTFT p95 ≤ {t:.3f} s"
+        for f, s, e, t in steps
     )
     print("\n" + report)
-    breaks = next((i for i, (_, _, t) in enumerate(steps) if t > TTFT_SLO), len(steps))
+    breaks = next((i for i, (_, _, _, t) in enumerate(steps) if t > TTFT_SLO), len(steps))
     assert 1 < breaks < len(steps), f"the ramp must break the TTFT SLO midway:\n{report}"
-    before = steps[breaks - 1][1]  # saturation at the last step the SLO held
-    assert before >= RISEN, report
-    assert before >= steps[0][1] + RISE, report
-    assert steps[-1][1] > 1.0, report  # past the knee: waiting requests push it above 1
+    for factor, estimate, engine, _ in steps[:breaks]:
+        off = abs(estimate - engine)
+        assert holds(f"x{factor} |estimate - engine|", off, at_most=TRACKS), report
+    (_, first, engine_first, _), (_, last, engine_last, _) = steps[0], steps[breaks - 1]
+    short = (engine_last - engine_first) - (last - first)
+    assert holds("rise short of the engine's", short, at_most=RISE_TRACKS), report
+    assert holds("x1.3 saturation", steps[-1][1], at_least=1.0), report  # past the knee
+
+
+async def _sample_truth(
+    session: aiohttp.ClientSession, base: str, truth: list[tuple[float, float]]
+) -> None:
+    """The engine's own saturation every quarter second, until cancelled."""
+    while True:
+        truth.append((time.monotonic(), true_saturation(*await engine_truth(session, base))))
+        await asyncio.sleep(0.25)
+
+
+def windowed(truth: list[tuple[float, float]], now: float) -> float:
+    """The engine's saturation averaged over the estimate's window ending `now`."""
+    return mean([v for at, v in truth if at >= now - WINDOW_SECONDS])
 
 
 async def test_skipped_probe_runs_are_counted() -> None:
