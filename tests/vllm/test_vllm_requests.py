@@ -4,12 +4,17 @@ The test reads vLLM's `/metrics` before and after each request (nothing else is 
 meanwhile) and compares the prober's figures with the change:
 - TTFT with `vllm:time_to_first_token_seconds` (its sum grows by the one request's): the
   probe's is the server's plus a small, positive client and network part;
-- TPOT with `vllm:request_time_per_output_token_seconds` (the one request's decode time over
-  its tokens after the first, TPOT's own definition). vLLM's `inter_token_latency_seconds`
-  is printed beside it, not judged: it is observed once per engine output that carried new
-  tokens (vLLM's `IterationStats.update_from_output`), so an output that carries two counts
-  one gap. A full suite once read a mean gap of 0.191 s for a probe TPOT of 0.095 s, twice
-  it, in one probe of five (the per-request figure was not read then);
+- TPOT with the decode pace vLLM's API server saw: its end-to-end latency less its TTFT, over
+  the tokens after the first. Both are stamped by the API server (vLLM's `IterationStats`:
+  `iteration_timestamp − arrival_time`, when it handles the output that carried the first
+  token and the one that finished the request), so their difference is the span between the
+  first and last token as they left vLLM toward the probe. vLLM's own
+  `request_time_per_output_token_seconds` is printed beside it, not judged: it is stamped in
+  the engine-core process (`EngineCoreOutputs.timestamp`, when the step's outputs are made),
+  and where the first output waits between the engine core and the API server (on 2 cores
+  the engine core's next step holds the CPU), that figure's decode span is longer than any
+  client can see. Seen in a fresh suite: 54.4 ms where the probe and the API server read
+  46.8 ms, the first token held 83 ms; the hold-up is printed per probe;
 - usage-based prompt and output tokens with `vllm:prompt_tokens_total` /
   `vllm:generation_tokens_total`;
 - finish reasons with `vllm:request_success_total{finished_reason}`.
@@ -19,6 +24,7 @@ The lone probe runs as `llm-prober probe --json` in a process of its own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from typing import Any
@@ -29,6 +35,7 @@ import pytest
 from prober.request import Api, RequestSpec, stream_request
 from prober.request.wire import client_session
 from prober.result import Outcome, RequestResult
+from tests.support.margins import holds
 from tests.support.vllm import MODEL_NAME, engine_samples, log_tail, total
 
 pytestmark = pytest.mark.vllm
@@ -36,8 +43,8 @@ pytestmark = pytest.mark.vllm
 # tokenisation before its clock starts, the first event's way back. Measured here (five
 # probes, 2 cores): +2.9 to +6.1 ms; the bound leaves room for a shared machine.
 CLIENT_PART_SECONDS = 0.050
-# TPOT against vLLM's per-request TPOT: the same decode, stamped at either end of one socket
-# (equal to a tenth of a millisecond here).
+# TPOT against the decode pace at vLLM's API server: the same tokens, stamped at either end of
+# one loopback socket.
 TPOT_TOLERANCE = 0.05  # a twentieth of vLLM's figure, or
 TPOT_SLACK_SECONDS = 0.002  # 2 ms, whichever is larger
 
@@ -61,24 +68,31 @@ async def test_lone_probe_ttft_and_tpot_match_vllms_own(vllm: str) -> None:
             probe = await _probe_cli(vllm, max_tokens=12)
             after = await engine_samples(session, vllm)
             assert probe["outcome"] == "ok", (probe, log_tail())
-            ttft = total(after, before, "vllm:time_to_first_token_seconds_sum")
-            assert total(after, before, "vllm:time_to_first_token_seconds_count") == 1
-            per_token = "vllm:request_time_per_output_token_seconds"
-            assert total(after, before, f"{per_token}_count") == 1
-            server_tpot = total(after, before, f"{per_token}_sum")
-            gaps = total(after, before, "vllm:inter_token_latency_seconds_count")
-            itl = total(after, before, "vllm:inter_token_latency_seconds_sum") / gaps
-            rows.append((probe["ttft_seconds"], ttft, probe["tpot_seconds"], server_tpot, itl))
+            grew = functools.partial(total, after, before)
+            assert grew("vllm:time_to_first_token_seconds_count") == 1
+            assert grew("vllm:e2e_request_latency_seconds_count") == 1
+            ttft = grew("vllm:time_to_first_token_seconds_sum")
+            tokens = grew("vllm:generation_tokens_total")
+            assert tokens == probe["output_tokens"] >= 2, (tokens, probe)
+            api_tpot = (grew("vllm:e2e_request_latency_seconds_sum") - ttft) / (tokens - 1)
+            core_tpot = grew("vllm:request_time_per_output_token_seconds_sum")
+            rows.append((probe["ttft_seconds"], ttft, probe["tpot_seconds"], api_tpot, core_tpot,
+                         tokens))  # fmt: skip
     table = "\n".join(
-        f"probe TTFT {p:.4f} vLLM {s:.4f} (+{1e3 * (p - s):.1f} ms)   "
-        f"TPOT {t:.4f} vLLM {v:.4f} (its mean ITL {i:.4f})"
-        for p, s, t, v, i in rows
+        f"probe TTFT {p:.4f} vLLM {s:.4f} (+{1e3 * (p - s):.1f} ms)   TPOT {t:.4f} vLLM's API "
+        f"server {a:.4f}, its engine core {c:.4f} (first token held "
+        f"{1e3 * (c - a) * (n - 1):.0f} ms longer than the last)"
+        for p, s, t, a, c, n in rows
     )
     print("\n" + table, flush=True)
-    for probe_ttft, server_ttft, tpot, server_tpot, _ in rows:
-        assert 0 < probe_ttft - server_ttft < CLIENT_PART_SECONDS, table
-        bound = max(TPOT_TOLERANCE * server_tpot, TPOT_SLACK_SECONDS)
-        assert abs(tpot - server_tpot) <= bound, table
+    for probe_ttft, server_ttft, tpot, api_tpot, _, _ in rows:
+        client_part = probe_ttft - server_ttft
+        assert holds(
+            "ttft - vllm ttft", client_part,
+            at_least=0, at_most=CLIENT_PART_SECONDS, scale=CLIENT_PART_SECONDS,
+        ), table  # fmt: skip
+        bound = max(TPOT_TOLERANCE * api_tpot, TPOT_SLACK_SECONDS)
+        assert holds("|tpot - api tpot|", abs(tpot - api_tpot), at_most=bound), table
 
 
 async def _one(vllm: str, max_tokens: int, extra_body: dict[str, object]) -> RequestResult:
