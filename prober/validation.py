@@ -13,11 +13,14 @@ Imports nothing from `prober` but what it names.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
@@ -49,14 +52,21 @@ _KINDS = {
 }
 
 
-def describe(err: ErrorDetails) -> str:
+def describe(err: ErrorDetails, shape: type[BaseModel] | None = None) -> str:
     """The fault without its field: 'must be greater than 0, got 0', or a validator's own
-    words."""
+    words. `shape`, where the caller knows it, is the section the fault is about: the one an
+    unknown key was given in (to say which key was meant), or the one a value should have
+    been (to show one)."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "missing":
         return "required"
     if kind == "extra_forbidden":
-        return "unknown key"
+        return unknown_key(
+            str(err["loc"][-1]) if err["loc"] else "", shape.model_fields if shape else ()
+        )
+    if kind in ("model_type", "model_attributes_type"):  # pydantic: "a valid dictionary or ..."
+        such = f" such as {mapping_example(shape)}" if shape is not None else ""
+        return wrong(f"a mapping{such}", value, shown=80)
     if kind == "value_error":  # a validator's ValueError: its text is the message
         return str(ctx.get("error", err["msg"]))
     if kind in _BOUNDS:
@@ -69,6 +79,27 @@ def describe(err: ErrorDetails) -> str:
     if kind in ("literal_error", "enum"):  # pydantic lists the choices as `one_of` does
         return wrong(f"one of {ctx['expected']}", value)
     return str(err["msg"])
+
+
+def unknown_key(name: str, known: Iterable[str]) -> str:
+    """'unknown key', and the known key meant where one is close enough: difflib's closest at
+    a ratio of 0.6 (`modle`), else the one key `name` begins (`ttft` for `ttft_seconds`):
+    "unknown key, did you mean model?"."""
+    keys = list(known)
+    close = difflib.get_close_matches(name, keys, n=1)
+    begun = [key for key in keys if len(name) >= 3 and key.startswith(name)]
+    meant = close or (begun if len(begun) == 1 else [])
+    return f"unknown key, did you mean {meant[0]}?" if meant else "unknown key"
+
+
+def mapping_example(shape: type[BaseModel]) -> str:
+    """One key of `shape` as a YAML mapping: its first field, with its default where that is a
+    plain value ('{ttft_seconds: 2.0}'), else a placeholder ('{rate: ...}')."""
+    name, field = next(iter(shape.model_fields.items()))
+    default = field.default.value if isinstance(field.default, Enum) else field.default
+    if default is None or not isinstance(default, bool | int | float | str):
+        return f"{{{name}: ...}}"
+    return yaml.safe_dump({name: default}, default_flow_style=True, width=1000).strip()
 
 
 def bound(relation: str, limit: object, value: object) -> str:

@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import ValidationError, field_validator
+from pydantic import BaseModel, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from prober.config.errors import ConfigError, FieldError
 from prober.config.server import LoggingConfig, ServerConfig, ShardConfig
-from prober.config.sources import EnvironmentSource, YamlSource
+from prober.config.sources import EnvironmentSource, YamlSource, model_at
 from prober.config.target import TargetConfig
 from prober.validation import describe, field_path
 from prober.webconfig import WebConfigError, load_web_config
@@ -118,7 +119,14 @@ def _with_web_problem(problems: list[str], data: dict[str, Any]) -> list[str]:
 
 
 def _problems(exc: ValidationError) -> list[str]:
-    return [f"{field_path(err['loc'])}: {describe(err)}" for err in exc.errors()]
+    return [f"{field_path(err['loc'])}: {describe(err, _shape(err))}" for err in exc.errors()]
+
+
+def _shape(err: ErrorDetails) -> type[BaseModel] | None:
+    """The section a fault's hint comes from: the one an unknown key was given in, or the one
+    a value that is no mapping should have been (`validation.describe`)."""
+    loc = err["loc"]
+    return model_at(Settings, loc[:-1] if err["type"] == "extra_forbidden" else loc)
 
 
 def _secrets_problem(index: int, target: TargetConfig) -> str:

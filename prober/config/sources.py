@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import json
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from prober.config.errors import ConfigError
 from prober.section import unwrap as _unwrap
-from prober.validation import field_path
+from prober.validation import field_path, unknown_key
 
 
 class YamlSource(PydanticBaseSettingsSource):
@@ -123,10 +124,11 @@ def apply_environment(
             continue
         parts = name[len(prefix) :].lower().split(delimiter)
         try:
-            leaf = _env_field(root, parts)
+            leaf = annotation_at(root, _loc(parts))
         except _NoField as exc:
+            problem = unknown_key(str(exc.loc[-1]), exc.known)
             unknown.append(
-                (name, f"{field_path(exc.loc)}: unknown key (environment variable {name})")
+                (name, f"{field_path(exc.loc)}: {problem} (environment variable {name})")
             )
             continue
         try:
@@ -141,36 +143,60 @@ def apply_environment(
 
 
 class _NoField(Exception):
-    def __init__(self, loc: tuple[int | str, ...]) -> None:
+    """`loc` leads nowhere; `known`: the keys its last part could have been."""
+
+    def __init__(self, loc: tuple[int | str, ...], known: Iterable[str] = ()) -> None:
         self.loc = loc
+        self.known = list(known)
 
 
 def _loc(parts: list[str]) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdecimal() else p for p in parts)
 
 
-def _env_field(root: type[BaseModel], parts: list[str]) -> Any:
-    """The annotation `parts` lead to from `root`; `_NoField` where one matches nothing."""
+def annotation_at(root: type[BaseModel], loc: Sequence[int | str]) -> Any:
+    """The annotation `loc` leads to from `root` (a field by its name, a list item by its
+    index, a mapping's value by its key); `_NoField` where a part matches nothing."""
     annotation: Any = root
-    for i, part in enumerate(parts):
+    for i, part in enumerate(loc):
         annotation = _unwrap(annotation)
         origin = typing.get_origin(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            field = annotation.model_fields.get(part)
-            if not part or field is None:
-                raise _NoField(_loc(parts[: i + 1]))
+        model = _model(annotation)
+        if model is not None:
+            field = model.model_fields.get(str(part))
+            if part == "" or field is None:
+                raise _NoField(tuple(loc[: i + 1]), model.model_fields)
             annotation = field.annotation
         elif origin is list:
-            if not part.isdecimal():
-                raise _NoField(_loc(parts[: i + 1]))
+            if not str(part).isdecimal():
+                raise _NoField(tuple(loc[: i + 1]))
             annotation = typing.get_args(annotation)[0]
         elif origin is dict:
-            if not part:
-                raise _NoField(_loc(parts[: i + 1]))
+            if part == "":
+                raise _NoField(tuple(loc[: i + 1]))
             annotation = typing.get_args(annotation)[1]
         elif annotation is not Any:
-            raise _NoField(_loc(parts[: i + 1]))
+            raise _NoField(tuple(loc[: i + 1]))
     return _unwrap(annotation)
+
+
+def model_at(root: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The section `loc` leads to from `root`, if it leads to one."""
+    try:
+        return _model(annotation_at(root, loc))
+    except _NoField:
+        return None
+
+
+def _model(annotation: Any) -> type[BaseModel] | None:
+    """The section an annotation holds: itself, or the one section of a union (`traffic`)."""
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    return models[0] if len(models) == 1 else None
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
 
 
 def _env_value(text: str, leaf: Any, name: str) -> Any:

@@ -66,23 +66,22 @@ def test_environment_alone_builds_a_target() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "field"),
+    ("name", "problem"),
     [
-        ("LLMPROBER_SERVR__LISTEN", "servr"),
-        ("LLMPROBER_SERVER__LISTN", "server.listn"),
-        ("LLMPROBER_TARGETS__0__MODL", "targets[0].modl"),
-        ("LLMPROBER_TARGETS__X__MODEL", "targets.x"),
-        ("LLMPROBER_SERVER__LISTEN__PORT", "server.listen.port"),
-        ("LLMPROBER_SERVER____LISTEN", "server."),
-        ("LLMPROBER_NOPE", "nope"),
+        ("LLMPROBER_SERVR__LISTEN", "servr: unknown key, did you mean server?"),
+        ("LLMPROBER_SERVER__LISTN", "server.listn: unknown key, did you mean listen?"),
+        ("LLMPROBER_TARGETS__0__MODL", "targets[0].modl: unknown key, did you mean model?"),
+        ("LLMPROBER_TARGETS__X__MODEL", "targets.x: unknown key"),
+        ("LLMPROBER_SERVER__LISTEN__PORT", "server.listen.port: unknown key"),
+        ("LLMPROBER_SERVER____LISTEN", "server.: unknown key"),
+        ("LLMPROBER_NOPE", "nope: unknown key"),
     ],
 )
 def test_a_variable_matching_no_setting_is_an_error_naming_it(
-    tmp_path: Path, name: str, field: str
+    tmp_path: Path, name: str, problem: str
 ) -> None:
-    assert problems(config(tmp_path), {name: "1"}) == [
-        f"{field}: unknown key (environment variable {name})"
-    ]
+    """One line naming the variable, and the key meant where one is close."""
+    assert problems(config(tmp_path), {name: "1"}) == [f"{problem} (environment variable {name})"]
 
 
 def test_the_key_variable_of_a_target_and_the_cache_folder_are_not_settings(
@@ -112,4 +111,6 @@ def test_check_config_exits_2_naming_the_variable(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode == 2
-    assert out.stderr == "servr: unknown key (environment variable LLMPROBER_SERVR__LISTEN)\n"
+    assert out.stderr == (
+        "servr: unknown key, did you mean server? (environment variable LLMPROBER_SERVR__LISTEN)\n"
+    )

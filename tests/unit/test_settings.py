@@ -115,11 +115,13 @@ INVALID = [
     ),
     pytest.param(
         TARGET + "    intervl_seconds: 5\n",
-        ["targets[0].intervl_seconds: unknown key"],
+        ["targets[0].intervl_seconds: unknown key, did you mean interval_seconds?"],
         id="typo-in-target",
     ),
     pytest.param(
-        TARGET + "logging:\n  levle: debug\n", ["logging.levle: unknown key"], id="typo-nested"
+        TARGET + "logging:\n  levle: debug\n",
+        ["logging.levle: unknown key, did you mean level?"],
+        id="typo-nested",
     ),
     pytest.param(TARGET + "load: {rate: 2.0}\n", ["load: unknown key"], id="load-at-top-level"),
     pytest.param(
@@ -197,7 +199,7 @@ def test_several_faults_are_all_reported(tmp_path: Path) -> None:
     assert problems(tmp_path, text) == [
         "server.listen: must be HOST:PORT, got 'nope'",
         "targets[0].url: must be an http:// or https:// URL, got 'ftp://x'",
-        "targets[0].intervl_seconds: unknown key",
+        "targets[0].intervl_seconds: unknown key, did you mean interval_seconds?",
     ]
 
 
