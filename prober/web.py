@@ -28,7 +28,7 @@ import asyncio
 import html
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import aiohttp
 from aiohttp import web
@@ -203,11 +203,24 @@ async def _drained(app: web.Application) -> None:
     await asyncio.shield(drain)
 
 
+# An unknown `/probe?target=` lists this many configured names, then how many more.
+LISTED_TARGETS = 20
+
+
+def unknown_target(name: str, names: Iterable[str]) -> str:
+    """One line for a `/probe` of no configured target: the names it could have been."""
+    known = list(names)
+    listed = ", ".join(known[:LISTED_TARGETS])
+    more = f" and {len(known) - LISTED_TARGETS} more" if len(known) > LISTED_TARGETS else ""
+    return f"unknown target {name[:64]!r}: the configured targets are {listed}{more}"
+
+
 async def _probe_now(request: web.Request) -> web.Response:
     name = request.query.get("target", "")
-    target = request.app[TARGETS].get(name)
-    if target is None:
-        raise web.HTTPBadRequest(text=f"unknown target {name[:64]!r}: use a configured name\n")
+    targets = request.app[TARGETS]
+    target = targets.get(name)
+    if target is None:  # the names are the configuration's: no request text but the quote
+        raise web.HTTPNotFound(text=unknown_target(name, targets) + "\n")
     inflight = request.app[INFLIGHT]
     probing = inflight.probing
     if inflight.drain is not None:

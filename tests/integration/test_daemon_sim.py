@@ -192,8 +192,8 @@ async def test_probe_endpoint_runs_one_probe_in_a_fresh_registry() -> None:
                 text = await resp.text()
             for bad in ("http://169.254.169.254/latest", "nope", ""):
                 async with s.get(f"{url}/probe", params={"target": bad}) as resp:
-                    assert resp.status == 400
-                    assert "unknown target" in await resp.text()
+                    assert resp.status == 404
+                    assert "the configured targets are sim" in await resp.text()
     assert (
         'llmprober_requests_total{mode="probe",model="sim",outcome="ok",target="sim"} 1.0' in text
     )
