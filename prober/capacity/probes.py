@@ -415,7 +415,8 @@ class ForeignEstimator:
         own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
         slots = self.slots
         drain = self.drain(now, slots, traffic)
-        queue = wait > queue_threshold(self._step(recent))
+        free = queue_threshold(self._step(recent))
+        queue = wait > free
         # No shape, no depth: a figure from the probes' shape would be an assumption nobody
         # made. Whether a queue exists needs none.
         waiting = self._waiting(wait, drain, queue) if traffic.shape is not None else None
@@ -425,15 +426,14 @@ class ForeignEstimator:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
             # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
             return ForeignEstimate(None, None, wait, None, Basis.NONE, drain, told, queue)
-        # Every slot is busy while a queue lasts; a queue of less than one request was there
-        # for part of the window only, so it counts in proportion. Where the decode slowdown
-        # cannot tell the batch, or has not been read yet (a daemon started into a queue),
-        # running is known only while a whole request waits, or, the queue's length unknown,
-        # while any does.
-        if (waiting is not None and waiting >= 1) or (waiting is None and queue):
+        # Every slot is busy while a queue lasts. Where the decode slowdown cannot tell the
+        # batch, or has not been read yet (a daemon started into a queue), running is known
+        # only while a queue lasts throughout.
+        share = _queue_share(waiting, queue, [*(s.wait for s in recent), *live], free)
+        if share >= 1:
             running = float(slots)
-        elif waiting is not None and waiting > 0 and running is not None:
-            running += (slots - running) * waiting
+        elif share > 0 and running is not None:
+            running += (slots - running) * share
         # Otherwise a running figure missing for want of data (fewer than eight pairs, no
         # recent decode) leaves the estimate without a basis; one that the pairs say the decode
         # slowdown cannot give (a jump under a fifth of α, or none: `DecodeModel.resolves`)
@@ -505,6 +505,18 @@ class ForeignEstimator:
             return None
         running = statistics.fmean(others) + own_holding
         return running if slots is None else min(running, float(slots))
+
+
+def _queue_share(waiting: float | None, queue: bool, waits: list[float], free: float) -> float:
+    """The part of the window a queue lasted, every slot busy: a queue of less than one
+    request was there for part of it only. Its length unknown (no traffic shape, or no drain
+    rate yet), the share of the recent probes, those still without a token included, that
+    found one (waited longer than a `free` slot's wait), a figure that needs no shape."""
+    if waiting is not None:
+        return min(waiting, 1.0)
+    if not queue:
+        return 0.0
+    return sum(w > free for w in waits) / len(waits)
 
 
 def _recent_service(

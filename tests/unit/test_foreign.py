@@ -202,8 +202,14 @@ def test_without_a_shape_the_depth_is_withheld_and_the_shape_free_figures_stay()
     assert (figure.waiting, figure.queue, figure.basis) == (None, False, Basis.NONE)
     assert figure.running == pytest.approx(2.0)
     assert figure.wait_seconds == 0.0
+    # One probe of four found a queue: every slot busy for a quarter of the window, a share
+    # of the probes that needs no shape (the decode slowdown: 1, 2, 3 and 3 others).
+    est.observe(_queued(clock, wait=2.0))
+    figure = est.estimate(0.05)
+    assert (figure.waiting, figure.queue) == (None, True)
+    assert figure.running == pytest.approx(2.25 + (4 - 2.25) * 0.25)
     clock.now += 6.0
-    for _ in range(2):  # a queue: every slot busy, its length unknown
+    for _ in range(2):  # a queue throughout: every slot busy, its length unknown
         est.observe(_queued(clock, wait=2.0))
     figure = est.estimate(0.05)
     assert (figure.waiting, figure.drain, figure.drain_basis) == (None, None, Drain.PROBE_SHAPE)
