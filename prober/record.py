@@ -143,7 +143,7 @@ class Recorder:
     def record_pair(self, target: Target, primary: RequestResult, companion: RequestResult) -> None:
         """A probe and the companion sent while it decoded: two probes, read together."""
         self._count(target, primary, Mode.PROBE)
-        self._count(target, companion, Mode.PROBE)
+        self._count(target, companion, Mode.PROBE, companion=True)
         cap = self.capacity.get(target.name)
         if cap is not None:
             self._queue_waits(target, *cap.observe_pair(primary, companion))
@@ -154,11 +154,17 @@ class Recorder:
             if wait is not None:
                 self.metrics.queue_wait.labels(labels.target, labels.model).observe(wait)
 
-    def _count(self, target: Target, result: RequestResult, mode: Mode) -> None:
+    def _count(
+        self, target: Target, result: RequestResult, mode: Mode, *, companion: bool = False
+    ) -> None:
         labels = target.labels
         self.metrics.record(result, labels, _METRIC_MODE[mode], target.slo)
         if mode is Mode.LOAD:
             return
         self.metrics.record_probe(result, labels, self._wall_clock())
         bound = log.bind(target=target.name, model=target.config.model)
-        log_probe(bound.bind(via="/probe") if mode is Mode.ON_DEMAND else bound, result)
+        if mode is Mode.ON_DEMAND:
+            bound = bound.bind(via="/probe")
+        if companion:  # sent while another probe decoded: its figures are not a lone probe's
+            bound = bound.bind(companion=True)
+        log_probe(bound, result)

@@ -7,16 +7,22 @@ what is asserted is what the scheduler does with each result, not how long anyth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import aiohttp
 import pytest
+import structlog
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from prometheus_client import CollectorRegistry
 
 from prober.capacity.target import TargetCapacity
+from prober.logs import setup_logging
 from prober.metrics import Metrics
 from prober.record import Mode, Recorder, ScrapeRecorder, cancelled
 from prober.result import Outcome, RequestResult
@@ -268,3 +274,34 @@ def test_a_cancelled_result_says_why_it_ended(mode: Mode, error: str) -> None:
     r = cancelled(5, mode)
     assert (r.outcome, r.error, r.t_sched_ns) == (Outcome.CANCELLED, error, 5)
     assert r.t_send_ns == r.t_end_ns >= 5
+
+
+async def test_the_companion_probe_is_marked_in_its_log_line() -> None:
+    endpoint = Endpoint()
+    t = target(endpoint, slots=4)
+    metrics = Metrics(CollectorRegistry())
+    cap = TargetCapacity(t, ScrapeRecorder(metrics), clock=Clock())
+    scheduler = ProbeScheduler(SESSIONS, [t], Recorder(metrics, {"t": cap}))
+    with logged() as lines:
+        await scheduler._job("t")  # alone: no decode time to place a companion in yet
+        assert cap.companion_delay(0.4, 0.99) is not None
+        endpoint.pair = True
+        await scheduler._job("t")
+    probes = [line for line in lines() if line["event"] == "probe_ok"]
+    assert [line.get("companion") for line in probes] == [None, None, True]
+    assert endpoint.sends == 3
+
+
+@contextmanager
+def logged() -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The JSON log lines written inside the block, as a function to call after it."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, structlog.get_config())
+    stream = io.StringIO()
+    setup_logging("json", "info", stream=stream)
+    try:
+        yield lambda: [json.loads(x) for x in stream.getvalue().splitlines() if x.startswith("{")]
+    finally:
+        root.handlers[:], level, config = saved
+        root.setLevel(level)
+        structlog.configure(**config)
