@@ -90,6 +90,12 @@ class TrafficConfig(_Strict):
     prompt_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)]
     output_tokens: Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 
+    @field_validator("prompt_tokens", "output_tokens", mode="before")
+    @classmethod
+    def _from_env(cls, value: Any) -> Any:
+        # The environment gives text: accept "512", still refuse "512.5", 512.0 and true.
+        return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
 
 class TargetConfig(_Strict):
     name: str

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.settings import ConfigError, load_settings
+from prober.settings import ConfigError, TrafficConfig, load_settings
 
 GE1 = "must be at least 1"
 SHAPE = "'probes' or a mapping {prompt_tokens: N, output_tokens: N}"
@@ -63,3 +63,18 @@ def test_the_traffic_is_unstated_by_default_and_may_be_said_to_look_like_the_pro
     assert load_settings(path).targets[0].traffic is None
     path.write_text(BASE % "traffic: probes")
     assert load_settings(path).targets[0].traffic == "probes"
+
+
+def test_the_traffic_shape_comes_from_the_environment_too(tmp_path: Path) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(BASE % "slots: 4")
+    env = "LLMPROBER_TARGETS__0__TRAFFIC"
+    lengths = {f"{env}__PROMPT_TOKENS": "512", f"{env}__OUTPUT_TOKENS": "128"}
+    assert load_settings(path, lengths).targets[0].traffic == TrafficConfig(
+        prompt_tokens=512, output_tokens=128
+    )
+    assert load_settings(path, {env: "probes"}).targets[0].traffic == "probes"
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, {**lengths, f"{env}__OUTPUT_TOKENS": "12.5"})
+    wrong = "targets[0].traffic.output_tokens: must be an integer, got '12.5'"
+    assert err.value.problems == [wrong]
