@@ -275,6 +275,10 @@ def setup_logging(fmt: LogFormat = "auto", level: str = "info", stream: object =
     # One line per scrape would drown the probe events.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
+    # apscheduler says "Adding job tentatively", "Added job" and "Scheduler started" at info on
+    # every start: noise but at debug, where the logger follows the root's level again.
+    quiet = level != "debug"
+    logging.getLogger("apscheduler").setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

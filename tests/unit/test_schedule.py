@@ -293,15 +293,31 @@ async def test_the_companion_probe_is_marked_in_its_log_line() -> None:
 
 
 @contextmanager
-def logged() -> Iterator[Callable[[], list[dict[str, Any]]]]:
-    """The JSON log lines written inside the block, as a function to call after it."""
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level, structlog.get_config())
+def logged(level: str = "info") -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The JSON log lines written inside the block at `level`, as a function to call after."""
+    root, apscheduler = logging.getLogger(), logging.getLogger("apscheduler")
+    saved = (root.handlers[:], root.level, apscheduler.level, structlog.get_config())
     stream = io.StringIO()
-    setup_logging("json", "info", stream=stream)
+    setup_logging("json", level, stream=stream)
     try:
         yield lambda: [json.loads(x) for x in stream.getvalue().splitlines() if x.startswith("{")]
     finally:
-        root.handlers[:], level, config = saved
-        root.setLevel(level)
+        root.handlers[:], root_level, apscheduler_level, config = saved
+        root.setLevel(root_level)
+        apscheduler.setLevel(apscheduler_level)
         structlog.configure(**config)
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
+async def test_apschedulers_start_lines_only_at_debug(level: str, shown: bool) -> None:
+    """apscheduler's "Adding job tentatively", "Added job" and "Scheduler started" lines come
+    with every start: shown at debug only."""
+    endpoint = Endpoint()
+    scheduler = ProbeScheduler(SESSIONS, [target(endpoint)], Recorder(Metrics(CollectorRegistry())))
+    with logged(level) as lines:
+        scheduler.start()
+        await soon(endpoint.entered)
+        await scheduler.drain(1.0)
+    events = " ".join(str(line["event"]) for line in lines())
+    for text in ("Adding job tentatively", "Added job", "Scheduler started"):
+        assert (text in events) is shown, events
