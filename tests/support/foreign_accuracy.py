@@ -30,6 +30,7 @@ import aiohttp
 from tests.support.daemon import daemon, scrape, value
 from tests.support.engine import _healthy
 from tests.support.machine import LoopLag, snapshot, snapshot_at
+from tests.support.margins import holds
 from tests.support.net import free_port
 
 # The engine's own names for its queue (llama-server; the simulator speaks vLLM's).
@@ -198,12 +199,14 @@ def check(scores: list[Score], slots: int, *, running_made: bool = True) -> list
     grows, where none is made)."""
     misses = []
     for s in scores:
-        if s.waiting_mae > max(1.0, 0.25 * s.true_waiting):
-            misses.append(f"{s.level.name}: waiting MAE {s.waiting_mae:.2f}")
-        if s.running_mae > max(1.0, 0.25 * slots):
-            misses.append(f"{s.level.name}: running MAE {s.running_mae:.2f}")
-        if running_made and s.running_share < RUNNING_SHARE:
-            misses.append(f"{s.level.name}: a running figure in {s.running_share:.0%}")
+        name = s.level.name
+        if not holds(f"{name} waiting MAE", s.waiting_mae, at_most=max(1.0, 0.25 * s.true_waiting)):
+            misses.append(f"{name}: waiting MAE {s.waiting_mae:.2f}")
+        if not holds(f"{name} running MAE", s.running_mae, at_most=max(1.0, 0.25 * slots)):
+            misses.append(f"{name}: running MAE {s.running_mae:.2f}")
+        made = s.running_share
+        if running_made and not holds(f"{name} running made", made, at_least=RUNNING_SHARE):
+            misses.append(f"{name}: a running figure in {s.running_share:.0%}")
     return misses
 
 
