@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 # vLLM's TTFT buckets (so client and server series share queries), up to minutes.
 TTFT_BUCKETS = (
@@ -112,6 +112,12 @@ def gauge_family(spec: MetricSpec) -> GaugeMetricFamily:
     """An empty scrape-time family of a gauge (a custom collector's)."""
     _check(spec, Kind.GAUGE)
     return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+
+
+def counter_family(spec: MetricSpec) -> CounterMetricFamily:
+    """An empty scrape-time family of a counter (a custom collector's)."""
+    _check(spec, Kind.COUNTER)
+    return CounterMetricFamily(spec.family, spec.help, labels=spec.labels)
 
 
 def _request_histogram(name: str, help: str, buckets: tuple[float, ...]) -> MetricSpec:
@@ -285,6 +291,28 @@ EXPOSITION_FALLBACK = MetricSpec(
     "Scrapes of /metrics the fast renderer failed on (prometheus-client internals it does"
     " not know), served by prometheus-client's own handler instead.",
     (),
+)  # fmt: skip
+
+# --- discovery (`discovery.Discovery`, at scrape time) ----------------------------------------
+TARGET_INFO = MetricSpec(
+    "llmprober_target_info", Kind.GAUGE,
+    "1 for each target: its group (empty for a static target), its address, and the"
+    " discovery labels its group declares (labels:); join it on target in PromQL.",
+    ("target", "group", "address"),
+)  # fmt: skip
+DISCOVERY_TARGETS = MetricSpec(
+    "llmprober_discovery_targets", Kind.GAUGE,
+    "Targets a group holds now (removed ones gone, name clashes left out).", ("group",),
+)  # fmt: skip
+DISCOVERY_ERRORS = MetricSpec(
+    "llmprober_discovery_errors_total", Kind.COUNTER,
+    "Discovery faults by group and reason (unreadable, too_large, malformed, invalid_target,"
+    " too_many, http_status, connect, timeout, dns); a failed refresh keeps the last good list.",
+    ("group", "reason"),
+)  # fmt: skip
+DISCOVERY_LAST_REFRESH = MetricSpec(
+    "llmprober_discovery_last_refresh_timestamp_seconds", Kind.GAUGE,
+    "When the group's source last answered well (Unix time).", ("group",),
 )  # fmt: skip
 
 # The client's own latency histograms: observed for every request, probe and load alike.

@@ -12,7 +12,9 @@ the one place credentials are registered) and held in a private attribute, never
 
 from __future__ import annotations
 
+from prober.config.discovery import DnsConfig, FileSdConfig, HttpSdConfig, split_address
 from prober.config.errors import ConfigError, FieldError
+from prober.config.group import TargetGroupConfig
 from prober.config.model import Settings, load_settings
 from prober.config.secrets import SECRET_HEADER_NAMES, register_secrets, secret_header_values
 from prober.config.server import LoggingConfig, ServerConfig, ShardConfig
@@ -28,8 +30,11 @@ __all__ = [
     "NOT_SETTINGS",
     "SECRET_HEADER_NAMES",
     "ConfigError",
+    "DnsConfig",
     "EnvironmentSource",
     "FieldError",
+    "FileSdConfig",
+    "HttpSdConfig",
     "LoadConfig",
     "LoggingConfig",
     "ServerConfig",
@@ -37,6 +42,7 @@ __all__ = [
     "ShardConfig",
     "SloConfig",
     "TargetConfig",
+    "TargetGroupConfig",
     "TimeoutsConfig",
     "TlsConfig",
     "TrafficConfig",
@@ -47,4 +53,5 @@ __all__ = [
     "load_settings",
     "register_secrets",
     "secret_header_values",
+    "split_address",
 ]

@@ -2,6 +2,8 @@
 
 - `errors`: `ConfigError` (one `field: message` line per fault) and `FieldError`;
 - `target`: a target's model (`TargetConfig`) and its sections (SLO, timeouts, TLS, traffic);
+- `group`: a target group (`TargetGroupConfig`): a discovery source and its targets' template;
+- `discovery`: the group's source sections (`file_sd`, `http_sd`, `dns`) and what an address is;
 - `server`: the `server:`, `logging:` and `shard:` sections;
 - `urls`: what a target's URL may be;
 - `secrets`: the one place a target's credentials are read and registered;

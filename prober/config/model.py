@@ -16,15 +16,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from prober.config.errors import ConfigError, FieldError
+from prober.config.group import TargetGroupConfig
 from prober.config.server import LoggingConfig, ServerConfig, ShardConfig
 from prober.config.sources import EnvironmentSource, YamlSource, model_at
 from prober.config.target import TargetConfig
-from prober.validation import describe, field_path
+from prober.validation import describe, field_error, field_path
 from prober.webconfig import WebConfigError, load_web_config
 
 
@@ -34,20 +35,36 @@ class Settings(BaseSettings):
     )
 
     server: ServerConfig = ServerConfig()
-    targets: list[TargetConfig]
+    targets: list[TargetConfig] = Field(default_factory=list)
+    # Discovered targets (`prober.discovery`): a source and a template each.
+    target_groups: list[TargetGroupConfig] = Field(default_factory=list)
     logging: LoggingConfig = LoggingConfig()
     shard: ShardConfig = ShardConfig()
 
     @field_validator("targets")
     @classmethod
     def _unique_names(cls, targets: list[TargetConfig]) -> list[TargetConfig]:
-        if not targets:
-            raise ValueError("at least one target is required")
         names = [t.name for t in targets]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"target names must be unique, repeated: {', '.join(dupes)}")
         return targets
+
+    @field_validator("target_groups")
+    @classmethod
+    def _unique_groups(cls, groups: list[TargetGroupConfig]) -> list[TargetGroupConfig]:
+        names = [g.group for g in groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"group names must be unique, repeated: {', '.join(dupes)}")
+        return groups
+
+    @model_validator(mode="after")
+    def _something_to_probe(self) -> Self:
+        if not self.targets and not self.target_groups:
+            problem = "at least one target is required (or a target_groups entry)"
+            raise field_error("targets", problem, [])
+        return self
 
     @classmethod
     def sources(
@@ -91,7 +108,12 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         settings.server.read_web_config()
     except WebConfigError as exc:
         raise ConfigError([f"server.web_config_file: {exc}"]) from None
-    problems = [p for i, t in enumerate(settings.targets) if (p := _secrets_problem(i, t))]
+    problems = [
+        problem
+        for key, items in (("targets", settings.targets), ("target_groups", settings.target_groups))
+        for i, target in enumerate(items)
+        if (problem := _secrets_problem(f"{key}[{i}]", target))
+    ]
     if problems:
         raise ConfigError(problems)
     return settings
@@ -129,9 +151,9 @@ def _shape(err: ErrorDetails) -> type[BaseModel] | None:
     return model_at(Settings, loc[:-1] if err["type"] == "extra_forbidden" else loc)
 
 
-def _secrets_problem(index: int, target: TargetConfig) -> str:
+def _secrets_problem(where: str, target: TargetConfig) -> str:
     try:
         target.read_secrets()
     except FieldError as exc:
-        return f"targets[{index}].{exc.field}: {exc.message}"
+        return f"{where}.{exc.field}: {exc.message}"
     return ""

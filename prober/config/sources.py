@@ -239,12 +239,16 @@ def _env_set(data: dict[str, Any], parts: list[str], value: Any) -> None:
 
 
 def _api_key_variables(data: dict[str, Any]) -> set[str]:
-    """Variables the configured targets read their API key from (not settings)."""
-    targets = data.get("targets")
-    if not isinstance(targets, list):
-        return set()
-    return {
-        t["api_key_env"]
-        for t in targets
-        if isinstance(t, dict) and isinstance(t.get("api_key_env"), str)
-    }
+    """Variables the configured targets and groups read a credential from (not settings):
+    an API key, and a group's `http_sd` password or bearer token."""
+    items = [
+        item
+        for key in ("targets", "target_groups")
+        if isinstance(data.get(key), list)
+        for item in data[key]
+        if isinstance(item, dict)
+    ]
+    sections = [*items, *(i["http_sd"] for i in items if isinstance(i.get("http_sd"), dict))]
+    sections += [s["basic_auth"] for s in sections if isinstance(s.get("basic_auth"), dict)]
+    keys = ("api_key_env", "bearer_token_env", "password_env")
+    return {s[k] for s in sections for k in keys if isinstance(s.get(k), str)}

@@ -32,7 +32,10 @@ from prober.section import MAX_SECONDS, PositiveSeconds
 from prober.section import Section as _Strict
 from prober.validation import CONTROL, bound, field_error, one_line, show, wrong
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+# A discovered target's default name is `{group}/{address}`: '/' and an IPv6 address's
+# brackets are allowed, and a DNS name's length.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/\[\]-]{0,329}")
+NAME_SHAPE = "1-330 of letters, digits, '_', '.', ':', '/', '[', ']', '-'"
 _MARKS = "!#$%&'*+.^_`|~-"
 _HEADER_NAME = re.compile(rf"[0-9A-Za-z{re.escape(_MARKS)}]+")  # RFC 9110's token
 _PREFIX = re.compile(r"[\x20-\x7e]*")
@@ -42,6 +45,12 @@ _KEY_SOURCES = "set the API key with api_key_env or api_key_file, not headers"
 _RESERVED_HEADERS = frozenset(
     {"x-request-id", "accept-encoding", "content-length", "content-type", "transfer-encoding"}
 )
+
+
+def check_name(value: str) -> None:
+    """A target's name: what a label value and `/probe?target=` carry well; else ValueError."""
+    if not _NAME.fullmatch(value):
+        raise ValueError(wrong(NAME_SHAPE, value))
 
 
 class SloConfig(_Strict):
@@ -183,8 +192,7 @@ class TargetConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(wrong("1-64 of letters, digits, '_', '.', ':', '-'", value))
+        check_name(value)
         return value
 
     @field_validator("url", "metrics_url")

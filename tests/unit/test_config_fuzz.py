@@ -217,7 +217,7 @@ BAD_URLS = st.one_of(
 )
 BAD_NAMES = st.tuples(
     st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
-    st.sampled_from(["\n", " ", "\t", "é", "/", "\r\n", "\x00"]),
+    st.sampled_from(["\n", " ", "\t", "é", "?", "\r\n", "\x00"]),  # "/": {group}/{address}
 ).map("".join)
 BAD_HEADER_VALUES = st.tuples(SAFE_TEXT, CONTROL, SAFE_TEXT).map("".join)
 BAD_KEY_FILES = st.one_of(

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("one request, one signal", {"request", "summary", "metrics"}),
     ("exposition", {"exposition", "scrapes"}),
     ("configuration", {"section", "loadconfig", "config", "settings", "targets"}),
+    ("discovery", {"discovery"}),
     ("capacity", {"capacity"}),
     ("recording", {"record"}),
     ("probes and load", {"schedule", "load", "preflight"}),

@@ -31,6 +31,7 @@ WITH_METRICS_AND_LOAD = MINIMAL + (
     "    metrics_url: http://127.0.0.1:8080/metrics\n    load: {rate: 2.0, max_in_flight: 64}\n"
 )
 
+NO_TARGETS = "targets: at least one target is required (or a target_groups entry)"
 TARGET = "targets:\n  - name: a\n    url: http://x/v1\n    model: m\n"
 
 
@@ -53,11 +54,11 @@ def problems(tmp_path: Path, text: str) -> list[str]:
 # -- invalid configs -----------------------------------------------------------------------
 
 INVALID = [
-    pytest.param('server:\n  listen: "127.0.0.1:9470"\n', ["targets: required"], id="no-targets"),
-    pytest.param("", ["targets: required"], id="empty-file"),
+    pytest.param('server:\n  listen: "127.0.0.1:9470"\n', [NO_TARGETS], id="no-targets"),
+    pytest.param("", [NO_TARGETS], id="empty-file"),
     pytest.param(
         "targets: []\n",
-        ["targets: at least one target is required"],
+        [NO_TARGETS],
         id="empty-targets",
     ),
     pytest.param(
@@ -90,7 +91,10 @@ INVALID = [
     ),
     pytest.param(
         "targets:\n  - name: 'a b'\n    url: http://x/v1\n    model: m\n",
-        ["targets[0].name: must be 1-64 of letters, digits, '_', '.', ':', '-', got 'a b'"],
+        [
+            "targets[0].name: must be 1-330 of letters, digits, '_', '.', ':', '/', '[', ']',"
+            " '-', got 'a b'"
+        ],
         id="bad-name",
     ),
     pytest.param(
