@@ -3,7 +3,7 @@
 Below saturation the probes-alone estimate reads the running count from how much a probe's
 gap grew over α, the gap of a probe decoding alone, at β a sequence: `(gap − α) / β` others.
 It makes that figure only where one more sequence lengthens the step by at least a fifth of α
-(`_MIN_SLOWDOWN` in prober/capacity/probes.py). This bench measures why. An engine serves
+(`_MIN_SLOWDOWN` in prober/capacity/decode.py). This bench measures why. An engine serves
 Poisson traffic from another process (`tests/support/foreign_load.py`) at a quarter, half and
 three quarters of its capacity, then a closed loop of twice its slots. The daemon probes it,
 and the bench keeps every probe it learned from. Each stretch of a probe's decode (before its
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from prober.capacity import own  # noqa: E402
-from prober.capacity.probes import median_gap  # noqa: E402
+from prober.capacity.decode import median_gap  # noqa: E402
 from prober.result import RequestResult  # noqa: E402
 from tests.support import foreign_accuracy as fa  # noqa: E402
 

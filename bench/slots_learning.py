@@ -23,7 +23,7 @@ import random
 import statistics
 from collections.abc import Callable
 
-from prober.capacity.probes import DecodeModel, cluster_centre, one_more
+from prober.capacity.decode import DecodeModel, cluster_centre, one_more
 
 BETA_MS = 6.0  # the simulator's decode slowdown: 0.3 × its 20 ms step
 

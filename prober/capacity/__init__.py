@@ -4,7 +4,10 @@
               prefill baseline, slot occupancy, the drain rate; `QueueEstimator` combines
               every basis into one `Estimate`
     probes    the estimate from probes alone, the engine serving clients the prober never
-              sees: decode slowdown, slots learned or hinted (`ForeignEstimator`)
+              sees: waiting and running from the probes' waits and decode (`ForeignEstimator`)
+    decode    the decode slowdown a probe's gaps show (`DecodeModel`), and the slots learned
+              from it where none are hinted
+    inflight  the prober's own probes in flight (`ProbesInFlight`), counted on top
     server    the engine's own `/metrics` scraped and normalised (vLLM, llama-server, SGLang,
               TGI), the truth where an engine reports one
     target    `TargetCapacity`, one per target, fed finished requests and scraping its

@@ -26,7 +26,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prober.capacity.probes import ForeignEstimator, ProbeSample, median_gap, queue_threshold
+from prober.capacity.decode import median_gap
+from prober.capacity.probes import ForeignEstimator, ProbeSample, queue_threshold
 from prober.kinds import Basis, Drain
 from prober.result import RequestResult
 

@@ -27,21 +27,26 @@ a queue shows before the probe that is stuck in it comes back.
 Running: every slot while a queue exists (a queue of less than one request for its share of
 the window, where its length is known); otherwise the other sequences the recent probes
 decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
-only where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`).
+only where one more sequence lengthens the step by a fifth of α or more (`decode._MIN_SLOWDOWN`).
 The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from at least 40 pairs.
+
+This module owns the estimator (`ForeignEstimator`) and the records it takes and gives; the
+decode model and the slots it learns are `decode`'s, the prober's own probes in flight
+`inflight`'s.
 """
 
 from __future__ import annotations
 
 import itertools
-import random
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from prober.capacity.decode import MIN_FULL, DecodeModel
+from prober.capacity.inflight import ProbesInFlight
 from prober.kinds import Basis, Drain
 
 _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
@@ -55,39 +60,6 @@ _MIN_WAITS = 2
 _RUNNING_SECONDS = 10.0
 _SERVICE_SECONDS = 30.0  # full-batch service times: the drain rate of the last half minute
 _STALE_SECONDS = 300.0  # past this, an old probe says nothing about now
-# The running figure's β is the median jump of the pairs (`_pair_beta`). Of five, three
-# disturbed ones (below) decide it, a likely cause of the 3.46 running read for 2.23 at half
-# load on CI (2026-12-03, the hinted simulator, before its first full batch): eight.
-_MIN_PAIRS = 8
-# Slots are read from β, which pairs give from jumps clustered at 0, β and 2β (a foreign
-# request leaving or joining while a pair is read: together about half of the pairs at half
-# load on the simulator, 2026-12-03, some of them between clusters). `one_more` finds β's
-# cluster from the jumps' mean. In a model of those jumps (`bench/slots_learning.py`) that
-# misses 10 to 24 % of learnings with 15 pairs and 0.5 to 5 % with 40, where a median seed
-# missed 12 to 29 % and 1.4 to 10 % (seen on the simulator's test with 15 pairs and the
-# median: 18 and 3 slots learned for 4 in seven runs).
-_MIN_SLOT_PAIRS = 40
-_MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
-_MIN_FULL = 3  # probes seen decoding at full batch before the slots are learned
-_MAX_SLOTS = 4096
-_CLUSTER_STEPS = 8  # `one_more`: it settles in two or three
-# `learned_slots`: resamples of the pairs and full-batch gaps, and the share of them that must
-# read the same slots. In the model of `bench/slots_learning.py` (the simulator's jumps, gaps
-# noisy by 0.3 to 1 ms against a β of 6 ms; 2026-12-04), 40 pairs read a wrong count 0.4 to
-# 6 % of the time unguarded, 0 to 0.3 % guarded, unknown 4 to 40 %; 64 pairs 0 to 2 % wrong
-# unguarded, never guarded, unknown 0.5 to 22 %. With noise half of β, unguarded 50 to 64 %
-# wrong; guarded 0.3 to 8 %, the rest unknown.
-_SLOTS_RESAMPLES = 64
-_SLOTS_AGREEMENT = 0.8
-# The running figure below saturation reads the batch from how much a probe's gap grew over
-# α; it is made only where one more sequence lengthens the step by at least this share of α.
-# Between probes at one batch size, gaps moved by 13 to 28 % of their length on a 2-core
-# machine (2026-12-04, `bench/decode_slowdown.py`). One more sequence lengthened the step by
-# 0.30 of α on the simulator the tests run (pairs' median jump over the least gap) and 1.12 on
-# llama-server, but by −0.05 on vLLM's CPU build (0.04 by least squares against its own count).
-# There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the load. A GPU far from its
-# compute limit reads its weights once a step whatever the batch: expected as flat (unmeasured).
-_MIN_SLOWDOWN = 0.2
 # A probe is admitted at a departure. From a random instant the next departure is, on
 # average, (1 + cv²) / 2 intervals away, cv the variation of the intervals between
 # departures; slots that finish independently of each other merge into a stream close to a
@@ -138,201 +110,6 @@ class ForeignEstimate:
     drain: float | None = None  # departures per second while a queue lasts
     drain_basis: Drain = Drain.NONE
     queue: bool = False  # the wait says requests wait now, however many
-
-
-def median_gap(stamps: list[int] | tuple[int, ...], tokens_per_event: float) -> float | None:
-    """Median seconds per token between token events; None with too few events.
-
-    Events carrying several tokens each (a stream interval) spread their gap over them."""
-    if len(stamps) < _MIN_GAPS + 1:
-        return None
-    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
-    return statistics.median(gaps) / tokens_per_event
-
-
-class DecodeModel:
-    """`gap(b) = α + β·(b − 1)`, learned from probes and pairs of probes."""
-
-    def __init__(self) -> None:
-        self._gaps: deque[float] = deque(maxlen=256)
-        self._full: deque[float] = deque(maxlen=32)
-        self._jumps: deque[float] = deque(maxlen=64)
-        self._seen = 0  # observations so far: the learned slots are read again once it moves
-        self._slots: tuple[int, int | None] = (-1, None)  # (at `_seen`, the slots learned)
-
-    def observe(self, gap: float, *, full_batch: bool) -> None:
-        self._gaps.append(gap)
-        self._seen += 1
-        if full_batch:
-            self._full.append(gap)
-
-    def observe_pair(self, before: float, after: float) -> None:
-        """A probe's gap before and after its companion joined: one more sequence."""
-        self._jumps.append(after - before)
-        self._seen += 1
-
-    @property
-    def alpha(self) -> float | None:
-        return min(self._gaps) if self._gaps else None
-
-    @property
-    def gap_full(self) -> float | None:
-        return statistics.median(self._full) if self._full else None
-
-    def _pair_beta(self) -> float | None:
-        """The median jump: the slope across the batches the pairs were read at, for the
-        running figure. On llama-server, whose step does not grow linearly with the batch,
-        `one_more` put that figure's MAE at half load at 0.63 to 1.10 against a bound of
-        1.00 in four runs (three reading high); the median at 0.43 to 0.78 in seven."""
-        if len(self._jumps) < _MIN_PAIRS:
-            return None
-        beta = statistics.median(self._jumps)
-        return beta if beta > 0 else None
-
-    def beta(self, slots: int | None) -> float | None:
-        """The secant from a probe alone to a full batch where both are measured (two well
-        observed anchors), else the median jump of pairs (noisier: the other sequences come
-        and go while a pair is read)."""
-        alpha, full = self.alpha, self.gap_full
-        if slots is None or slots < 2 or alpha is None or full is None or full <= alpha:
-            return self._pair_beta()
-        return (full - alpha) / (slots - 1)
-
-    def learning(self, slots_known: bool) -> bool:
-        """Too few pairs yet to tell the slowdown of one more sequence, or, where the slots
-        must be learned, too few to read them from."""
-        return len(self._jumps) < (_MIN_PAIRS if slots_known else _MIN_SLOT_PAIRS)
-
-    def learned_slots(self) -> int | None:
-        """`1 + (gap_full − α) / β`, β the jump of one more sequence (`one_more`), where the
-        data agree on it: read again from resamples of the same pairs and full-batch gaps, at
-        least `_SLOTS_AGREEMENT` of the readings must give the same count, else None (the
-        slots unknown, and no figure that rests on them). An engine whose step grows by little
-        against the gaps' noise (vLLM on a CPU: 1 to 4 ms a sequence against 30 ms gaps)
-        reads a β that moves with every few pairs, and slots with it (4, then 8 for 4 in two
-        runs, 2026-12-02): saying nothing is better than a figure twice the truth."""
-        if self._slots[0] != self._seen:
-            self._slots = (self._seen, self._agreed_slots())
-        return self._slots[1]
-
-    def _agreed_slots(self) -> int | None:
-        if len(self._jumps) < _MIN_SLOT_PAIRS or len(self._full) < _MIN_FULL:
-            return None
-        alpha, jumps, full = self.alpha, list(self._jumps), list(self._full)
-        if alpha is None or (read := slots_from(jumps, full, alpha)) is None:
-            return None
-        rng = random.Random(self._seen)  # the same data, the same answer
-        agree = sum(
-            slots_from(rng.choices(jumps, k=len(jumps)), rng.choices(full, k=len(full)), alpha)
-            == read
-            for _ in range(_SLOTS_RESAMPLES)
-        )
-        return read if agree >= _SLOTS_AGREEMENT * _SLOTS_RESAMPLES else None
-
-    def resolves(self, slots: int | None) -> bool:
-        """Whether one more sequence lengthens the step by enough to tell the batch from the
-        gaps' noise (`_MIN_SLOWDOWN` of α)."""
-        return _resolved(self.alpha, self.beta(slots))
-
-    def others(self, gap: float, slots: int | None) -> float | None:
-        """Sequences that decoded beside a probe whose gap was `gap`; None where the slowdown
-        of one more sequence is unknown or too small to tell (`resolves`)."""
-        alpha, beta = self.alpha, self.beta(slots)
-        if alpha is None or beta is None or not _resolved(alpha, beta):
-            return None
-        others = max(0.0, (gap - alpha) / beta)
-        return others if slots is None else min(others, slots - 1.0)
-
-
-def _resolved(alpha: float | None, beta: float | None) -> bool:
-    """β at least `_MIN_SLOWDOWN` of α, both known."""
-    return alpha is not None and beta is not None and beta >= _MIN_SLOWDOWN * alpha
-
-
-def slots_from(jumps: Sequence[float], full: Sequence[float], alpha: float) -> int | None:
-    """`1 + (gap_full − α) / β`: the slots that pairs' `jumps` and full-batch gaps `full` say."""
-    beta = one_more(jumps)
-    if beta is None:
-        return None
-    return min(_MAX_SLOTS, max(1, round(1 + (statistics.median(full) - alpha) / beta)))
-
-
-def one_more(jumps: Iterable[float]) -> float | None:
-    """β from the jumps of pairs: the centre of the cluster of one more sequence.
-
-    The jumps cluster at 0 (a foreign request left while the companion joined), β and 2β
-    (one joined too), each cluster spread by the noise of the gaps, with a few between (a
-    change in the middle of the gaps a jump is read from). Foreign requests leave about as
-    often as they join, so the jumps' mean lands near β; their median is in whichever
-    cluster holds the middle pair, by chance the 0 or the 2β one (`_MIN_SLOT_PAIRS`).
-    Inside β's cluster the slots read from β still move with where β lands (on the
-    simulator, β 6 ms, jumps of 3.4 to 6.9 ms in its cluster read 5 and 6 slots for 4), so
-    from the mean on, until it stays, β is the median of the jumps within half of it
-    either way (the 0 and 2β clusters fall outside). None when the mean is not positive."""
-    values = list(jumps)
-    return cluster_centre(values, statistics.fmean(values)) if values else None
-
-
-def cluster_centre(values: Sequence[float], seed: float) -> float | None:
-    """From `seed` on, until it stays, the median of the values within half of it either
-    way: the centre of the cluster `seed` lies in. None when `seed` is not positive."""
-    if seed <= 0:
-        return None
-    centre = seed
-    for _ in range(_CLUSTER_STEPS):
-        near = [v for v in values if centre / 2 <= v <= 1.5 * centre]
-        if not near or (again := statistics.median(near)) == centre:
-            break
-        centre = again
-    return centre
-
-
-class ProbesInFlight:
-    """The prober's own probes: when each began, got its first token and ended.
-
-    `occupancy()` gives the time-averaged number of them waiting for and holding a slot over
-    the last few seconds, the same smoothing the foreign figures have."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._live: dict[int, list[float | None]] = {}  # key → [begin, first token]
-        self._done: deque[tuple[float, float | None, float]] = deque(maxlen=64)
-        self._keys = itertools.count()
-
-    def begin(self) -> int:
-        key = next(self._keys)
-        self._live[key] = [self._clock(), None]
-        return key
-
-    def first_token(self, key: int) -> None:
-        if (stamps := self._live.get(key)) is not None and stamps[1] is None:
-            stamps[1] = self._clock()
-
-    def end(self, key: int) -> None:
-        if (stamps := self._live.pop(key, None)) is not None:
-            begin, first = stamps
-            assert begin is not None
-            self._done.append((begin, first, self._clock()))
-
-    def waited(self, now: float) -> list[float]:
-        """Seconds each probe still without a first token has been in flight."""
-        return [now - b for b, first in self._live.values() if b is not None and first is None]
-
-    def occupancy(self, now: float, window: float, prefill: float) -> tuple[float, float]:
-        """(waiting, holding a slot), each averaged over the last `window` seconds.
-
-        A probe waits from its start until `first token − prefill` and holds a slot from then
-        on; one still without a token waits until `now − prefill`."""
-        start = now - window
-        waiting = holding = 0.0
-        live = ((b, f, now) for b, f in self._live.values() if b is not None)
-        for begin, first, end in itertools.chain(self._done, live):
-            if end < start:
-                continue
-            admitted = max(begin, (now if first is None else first) - prefill)
-            waiting += max(0.0, min(admitted, end) - max(begin, start))
-            holding += max(0.0, end - max(admitted, start))
-        return waiting / window, holding / window
 
 
 class ForeignEstimator:
@@ -476,7 +253,7 @@ class ForeignEstimator:
 
     def _service(self, now: float, shape: Shape) -> float:
         """Median full-batch service time of the current queue's own probes (of the last
-        `_SERVICE_SECONDS`, at least the last `_MIN_FULL`), so the drain rate follows the
+        `_SERVICE_SECONDS`, at least the last `MIN_FULL`), so the drain rate follows the
         engine's pace; before the queue has one, of every queued probe's. A probe that waited
         briefly at light load decoded in a batch soon short again: its service is shorter
         than a full batch's, and mixed into a lasting queue's it held μ high (on
@@ -523,10 +300,10 @@ def _recent_service(
     services: Sequence[tuple[float, float, float]], now: float
 ) -> list[tuple[float, float]]:
     """(prefill, decode) of the full-batch probes of the last `_SERVICE_SECONDS`, or of the
-    last `_MIN_FULL` if fewer."""
+    last `MIN_FULL` if fewer."""
     recent = [(p, d) for at, p, d in services if at >= now - _SERVICE_SECONDS]
-    if len(recent) < _MIN_FULL:
-        recent = [(p, d) for _, p, d in itertools.islice(reversed(services), _MIN_FULL)]
+    if len(recent) < MIN_FULL:
+        recent = [(p, d) for _, p, d in itertools.islice(reversed(services), MIN_FULL)]
     return recent
 
 

@@ -25,8 +25,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from prober import metric_specs as specs
+from prober.capacity.inflight import ProbesInFlight
 from prober.capacity.own import Estimate, OwnLoad, QueueEstimator
-from prober.capacity.probes import ForeignEstimator, ProbesInFlight, Shape, Traffic
+from prober.capacity.probes import ForeignEstimator, Shape, Traffic
 from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, TokenTotals, scrape
 from prober.kinds import Basis, Drain
 from prober.logs import get_logger

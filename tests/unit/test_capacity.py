@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from prober.capacity.decode import _MIN_PAIRS, _MIN_SLOT_PAIRS
 from prober.capacity.own import OwnLoad, _companion_stretches
-from prober.capacity.probes import _MIN_PAIRS, _MIN_SLOT_PAIRS
 from prober.capacity.server import Engine, ServerSnapshot
 from prober.capacity.target import CapacityCollector, TargetCapacity, saturation
 from prober.kinds import Basis

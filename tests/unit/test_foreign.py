@@ -7,20 +7,10 @@ import statistics
 
 import pytest
 
+from prober.capacity.decode import _MIN_PAIRS, _MIN_SLOT_PAIRS, DecodeModel, median_gap, slots_from
+from prober.capacity.inflight import ProbesInFlight
 from prober.capacity.own import QueueEstimator
-from prober.capacity.probes import (
-    _MIN_PAIRS,
-    _MIN_SLOT_PAIRS,
-    Basis,
-    DecodeModel,
-    ForeignEstimator,
-    ProbeSample,
-    ProbesInFlight,
-    Shape,
-    Traffic,
-    median_gap,
-    slots_from,
-)
+from prober.capacity.probes import Basis, ForeignEstimator, ProbeSample, Shape, Traffic
 from prober.kinds import Drain
 from tests.support.clock import Clock
 from tests.support.results import timed_result
