@@ -205,7 +205,7 @@ def test_prometheusrule_generator_is_up_to_date() -> None:
 
 # --- security and secrets --------------------------------------------------------------------
 def test_prober_containers_are_locked_down() -> None:
-    assert len(prober_containers()) == 3  # standalone, sidecar, sharded
+    assert len(prober_containers()) == 4  # standalone, sidecar, sharded, discovery
     for path, spec, container in prober_containers():
         pod_sc = spec.get("securityContext", {})
         sc = {**pod_sc, **container["securityContext"]}
@@ -223,7 +223,7 @@ def test_api_keys_come_from_secrets() -> None:
     for path, spec, container in prober_containers():
         config = mounted_config(spec, container)
         env = {e["name"]: e for e in container.get("env", [])}
-        for target in config["targets"]:
+        for target in [*config.get("targets", []), *config.get("target_groups", [])]:
             assert "api_key" not in target, f"{path}: literal api_key in config"
             if "api_key_env" in target:
                 var = env[target["api_key_env"]]
@@ -244,11 +244,16 @@ def test_prober_configs_are_well_formed() -> None:
         assert config["server"]["listen"].endswith(":9470"), path
         port = next(p for p in container["ports"] if p["containerPort"] == 9470)
         assert port["name"], path
-        names = [t["name"] for t in config["targets"]]
+        targets, groups = config.get("targets", []), config.get("target_groups", [])
+        assert targets or groups, path
+        names = [t["name"] for t in targets]
         assert len(names) == len(set(names)), path
-        for target in config["targets"]:
+        for target in targets:
             assert {"name", "url", "model", "interval_seconds"} <= set(target), path
             assert re.fullmatch(r"https?://.+/v1", target["url"]), target["url"]
+        for group in groups:  # a template: {address} in place of the host and port
+            assert {"group", "url", "model", "interval_seconds"} <= set(group), path
+            assert re.fullmatch(r"https?://\{address\}/v1", group["url"]), group["url"]
         args = container["args"]
         assert args[args.index("--config") + 1] == "/etc/llm-prober/config.yml"
 
