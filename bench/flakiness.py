@@ -44,13 +44,14 @@ GROUPS: dict[str, list[str]] = {
 }
 
 
-def run_group(paths: list[str], margins: Path, junit: Path) -> float:
-    """One pytest run of `paths`; its wall seconds."""
+def run_group(paths: list[str], margins: Path, junit: Path, log: Path) -> float:
+    """One pytest run of `paths`, its output in `log`; its wall seconds."""
     env = {**os.environ, "CI": "true", "LLMPROBER_MARGINS": str(margins)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "--tb=line",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--tb=short",
            f"--junitxml={junit}", *paths]  # fmt: skip
     start = time.monotonic()
-    subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, check=False)
+    with log.open("w") as out:
+        subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     return time.monotonic() - start
 
 
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs of each group (default 5)")
     parser.add_argument("--list", action="store_true", help="print the groups and exit")
     parser.add_argument("--json", type=Path, help="also write every row here")
+    parser.add_argument(
+        "--logs", type=Path, help="keep each run's pytest output here (default: a new folder)"
+    )
     args = parser.parse_args()
     if args.list:
         for name, paths in GROUPS.items():
@@ -84,18 +88,22 @@ def main() -> None:
         parser.error(f"--groups: unknown {', '.join(unknown)}; known: {', '.join(GROUPS)}")
     passes: dict[str, list[bool]] = defaultdict(list)
     worst: dict[tuple[str, str], dict[str, float | None]] = {}
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="llmprober-flakiness-"))
+    logs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         margins = Path(tmp) / "margins.jsonl"
         for group in chosen:
             for k in range(args.runs):
                 junit = Path(tmp) / f"{group}-{k}.xml"
-                seconds = run_group(GROUPS[group], margins, junit)
+                log = logs / f"{group}-{k + 1}.log"
+                seconds = run_group(GROUPS[group], margins, junit, log)
                 seen = outcomes(junit)
                 for test, ok in seen.items():
                     passes[test].append(ok)
                 failed = sum(not ok for ok in seen.values())
+                where = f" (see {log})" if failed else ""
                 print(f"{group} run {k + 1}/{args.runs}: {len(seen)} tests, {failed} failed, "
-                      f"{seconds:.0f} s", flush=True)  # fmt: skip
+                      f"{seconds:.0f} s{where}", flush=True)  # fmt: skip
         for line in margins.read_text().splitlines() if margins.exists() else []:
             row = json.loads(line)
             key = (row["test"], row["check"])
