@@ -84,7 +84,7 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     from prober.logs import setup_logging
     from prober.settings import Settings
     from prober.timings import ttft
-    from prober.web import RECORDER, build_app
+    from prober.web import FLEET, build_app
 
     targets = [target("healthy", ns.sim_url, ns.rate, 64)]
     if ns.flood_url:
@@ -96,7 +96,7 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     setup_logging("json", "error")
     app = build_app(settings)
     seen: list[tuple[str, float, str, float | None]] = []
-    recorder = app[RECORDER]
+    recorder = app[FLEET].recorder  # the one the scheduler and load drivers hold
     record = recorder.record
 
     def noting(t: Any, result: Any, mode: Any) -> None:  # every result, as recorded

@@ -43,9 +43,12 @@ RENDERS = 30
 
 def build(targets: int, results: int) -> tuple[object, object]:
     """The daemon's app and registry, with `results` results recorded per target and mode."""
+    from prober.capacity.target import TargetCapacity
+    from prober.record import ScrapeRecorder
     from prober.result import Outcome, RequestResult, TokenSource
     from prober.settings import load_settings
-    from prober.web import CAPACITY, METRICS, TARGETS, build_app
+    from prober.targets import Target
+    from prober.web import FLEET, METRICS, build_app
 
     lines = ["targets:"]
     for i in range(targets):
@@ -58,13 +61,19 @@ def build(targets: int, results: int) -> tuple[object, object]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yml"
         path.write_text("\n".join(lines) + "\n")
-        app = build_app(load_settings(path))
+        settings = load_settings(path)
+        app = build_app(settings)
     metrics = app[METRICS]
+    # The fleet's capacities as a started daemon holds them (its collector reads them live).
+    capacity = app[FLEET].capacity
+    targets = {t.name: Target.from_config(t) for t in settings.targets}
+    for name, target in targets.items():
+        capacity[name] = TargetCapacity(target, ScrapeRecorder(metrics))
     rng = random.Random(1)
     outcomes = [Outcome.OK] * 95 + [Outcome.HTTP_5XX, Outcome.TIMEOUT_FIRST_TOKEN, Outcome.STALLED,
                                     Outcome.HTTP_429, Outcome.PROTOCOL_ERROR]  # fmt: skip
     base = time.perf_counter_ns()
-    for name, target in app[TARGETS].items():
+    for name, target in targets.items():
         metrics.describe_target(target.labels, target.slo, 15.0)
         for mode in ("probe", "load"):
             for n in range(results):
@@ -90,7 +99,7 @@ def build(targets: int, results: int) -> tuple[object, object]:
                 )  # fmt: skip
                 metrics.record(result, target.labels, mode, target.slo)
                 # The queue wait the capacity returns, written as the daemon's recorder does.
-                wait = app[CAPACITY][name].observe(result)
+                wait = capacity[name].observe(result)
                 if wait is not None:
                     key = target.labels
                     metrics.queue_wait.labels(key.target, key.model).observe(wait)

@@ -157,8 +157,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def run_daemon(config: Path | None) -> int:
+    from prober.fleet.reload import ConfigSource
     from prober.runtime import new_event_loop, tune_gc
-    from prober.web import WEB_CONFIG, build_app
+    from prober.web import RELOADER, WEB, build_app
 
     settings = load_settings(config)
     server = settings.server
@@ -168,14 +169,11 @@ def run_daemon(config: Path | None) -> int:
     log = get_logger("prober")
     loop, loop_name = new_event_loop(server.event_loop)
     asyncio.set_event_loop(loop)
-    # SIGHUP is ignored (its default would kill the daemon with no drain): the configuration
-    # is read once; restart to change it.
-    loop.add_signal_handler(
-        signal.SIGHUP, lambda: log.info("sighup_ignored", note="restart to change the config")
-    )
     _stop_on_signals(loop, log, server.grace_seconds)
-    app = build_app(settings)
-    web_config = app[WEB_CONFIG]
+    app = build_app(settings, source=ConfigSource(config))
+    # SIGHUP reloads the configuration (validated first; a bad one changes nothing).
+    loop.add_signal_handler(signal.SIGHUP, app[RELOADER].trigger, "sighup")
+    web_config = app[WEB].config
     tune_gc()  # after start-up allocated its long-lived objects
     log.info(
         "starting",
@@ -190,7 +188,7 @@ def run_daemon(config: Path | None) -> int:
         app,
         loop=loop,
         sock=sockets,
-        ssl_context=web_config.ssl_context(),
+        ssl_context=app[WEB].ssl_context,  # the one a reload loads new TLS files into
         print=None,
         access_log=None,
         shutdown_timeout=server.grace_seconds,

@@ -293,6 +293,19 @@ EXPOSITION_FALLBACK = MetricSpec(
     (),
 )  # fmt: skip
 
+# --- the configuration (fleet/reload.py), as Prometheus and blackbox_exporter name them -----
+RELOAD_SUCCESSFUL = MetricSpec(
+    "llmprober_config_last_reload_successful", Kind.GAUGE,
+    "1 when the last configuration reload (SIGHUP, POST /-/reload, the file's checksum) was"
+    " applied, 0 when it was refused and the running configuration kept.",
+    (),
+)  # fmt: skip
+RELOAD_SUCCESS_TIME = MetricSpec(
+    "llmprober_config_last_reload_success_timestamp_seconds", Kind.GAUGE,
+    "When the configuration in use was loaded, start-up or the last good reload (Unix time).",
+    (),
+)  # fmt: skip
+
 # --- discovery (`discovery.Discovery`, at scrape time) ----------------------------------------
 TARGET_INFO = MetricSpec(
     "llmprober_target_info", Kind.GAUGE,
@@ -327,6 +340,7 @@ SPECS: tuple[MetricSpec, ...] = (
     QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, QUEUE_DRAIN_RATE, QUEUE_DRAIN_BASIS,
     ENGINE_SLOTS, SATURATION,
     SERVER_KV_CACHE_USAGE, STAMPING_INFO, EXPOSITION_FALLBACK,
+    RELOAD_SUCCESSFUL, RELOAD_SUCCESS_TIME,
 )  # fmt: skip
 BY_NAME = {spec.name: spec for spec in SPECS}
 if len(BY_NAME) != len(SPECS):

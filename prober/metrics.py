@@ -6,6 +6,10 @@ sets (`outcome`, `kind`, `source`, `state`, `reason`, `phase`, `connection`), so
 is bounded.
 Latency observations carry the request id as an exemplar, so a slow bucket leads to one
 concrete request in the logs (each finished probe is logged with it).
+
+Every labelled child is made through `Metrics.child`, which remembers it under its target
+(every per-target metric's first label), so `forget(target)` removes each series of a target
+that left the fleet with prometheus-client's public `remove`, and nothing stale stays.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import metric_specs as specs
 from prober import timings
@@ -27,7 +31,8 @@ from prober.timings import Slo
 # `llmprober_token_source_total{source}`: counted events that may each hold several tokens.
 LOWER_BOUND_SOURCE = "chunks_lower_bound"
 
-_M = TypeVar("_M", Counter, Histogram)
+_M = TypeVar("_M", Counter, Gauge, Histogram)
+_Metric = Counter | Gauge | Histogram
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,19 +108,22 @@ class Metrics:
         self.load_dropped = counter(specs.LOAD_DROPPED, registry)
         self.server_scrape_errors = counter(specs.SERVER_SCRAPE_ERRORS, registry)
         self.queue_wait = histogram(specs.QUEUE_WAIT, registry)
-        # Label children `record` has used, by (metric, label values); see `_child`.
-        self._children: dict[tuple[Counter | Histogram, tuple[str, ...]], Counter | Histogram] = {}
+        # Every label child made, by (metric, label values), and their keys by target; see
+        # `child` and `forget`.
+        self._children: dict[tuple[_Metric, tuple[str, ...]], _Metric] = {}
+        self._by_target: dict[str, set[tuple[_Metric, tuple[str, ...]]]] = {}
 
     def describe_target(self, labels: Labels, slo: Slo, interval_seconds: float) -> None:
         """Publish a target's configuration so dashboards can draw SLO lines."""
         key = (labels.target, labels.model)
-        self.slo_ttft.labels(*key).set(slo.ttft_seconds)
-        self.slo_tpot.labels(*key).set(slo.tpot_seconds)
-        if slo.e2e_seconds is not None:
-            self.slo_e2e.labels(*key).set(slo.e2e_seconds)
-        if slo.ttfo_seconds is not None:
-            self.slo_ttfo.labels(*key).set(slo.ttfo_seconds)
-        self.probe_interval.labels(*key).set(interval_seconds)
+        self.child(self.slo_ttft, key).set(slo.ttft_seconds)
+        self.child(self.slo_tpot, key).set(slo.tpot_seconds)
+        for line, seconds in ((self.slo_e2e, slo.e2e_seconds), (self.slo_ttfo, slo.ttfo_seconds)):
+            if seconds is not None:
+                self.child(line, key).set(seconds)
+            else:  # unset (again, after a reload): no line drawn
+                self._drop(line, key)
+        self.child(self.probe_interval, key).set(interval_seconds)
         self.expect(labels, "probe")
 
     def expect(self, labels: Labels, mode: str) -> None:
@@ -123,10 +131,10 @@ class Metrics:
         an increase from 0, which `increase()` and `rate()` see (no `_created` series)."""
         key = labels.with_mode(mode)
         for outcome in Outcome:
-            self.requests.labels(*key, outcome.value)
+            self.child(self.requests, (*key, outcome.value))
         for reason in FinishReason:
-            self.finish_reasons.labels(*key, reason.value)
-        self.without_answer.labels(*key)
+            self.child(self.finish_reasons, (*key, reason.value))
+        self.child(self.without_answer, key)
 
     def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
         """Observe one result; return whether it was good (within SLO).
@@ -136,7 +144,7 @@ class Metrics:
         hostile answer can neither crash the caller nor poison a histogram's sum.
         """
         key = labels.with_mode(mode)
-        child = self._child
+        child = self.child
         exemplar = {"request_id": result.request_id[:64]} if result.request_id else None
         child(self.requests, (*key, result.outcome.value)).inc()
         if _duration(lag := timings.dispatch_lag(result)):
@@ -159,20 +167,41 @@ class Metrics:
             child(self.good, key)  # the series exists at 0, so ratios are defined
         return good
 
-    def _child(self, metric: _M, values: tuple[str, ...]) -> _M:
+    def child(self, metric: _M, values: tuple[str, ...]) -> _M:
         """`metric.labels(*values)`, remembered: `labels()` validates and locks on every call,
-        a fifth of what `record` cost. A series is still created on its first use only; no
-        code removes a series, so a remembered child never goes stale."""
+        a fifth of what `record` cost. A series is still created on its first use only, and
+        remembered under its target (`values[0]`) until `forget` removes it."""
         children = self._children
         found = children.get((metric, values))
         if found is None:
             found = children[(metric, values)] = metric.labels(*values)
+            self._by_target.setdefault(values[0], set()).add((metric, values))
         return cast(_M, found)
+
+    def _drop(self, metric: _Metric, values: tuple[str, ...]) -> None:
+        if self._children.pop((metric, values), None) is not None:
+            metric.remove(*values)
+            self._by_target.get(values[0], set()).discard((metric, values))
+
+    def forget(self, target: str, model: str | None = None) -> int:
+        """Remove every series of `target` (of its `model` only, when given) from the
+        registry; returns how many. The next record of it starts them again from zero."""
+        keys = self._by_target.get(target, set())
+        gone = [key for key in keys if model is None or key[1][1:2] == (model,)]
+        for metric, values in gone:
+            self._drop(metric, values)
+        if not keys:
+            self._by_target.pop(target, None)
+        return len(gone)
+
+    def targets(self) -> set[str]:
+        """The targets that have series now."""
+        return set(self._by_target)
 
     def _observe_latencies(
         self, r: RequestResult, key: tuple[str, str, str], exemplar: dict[str, str] | None
     ) -> None:
-        child = self._child
+        child = self.child
         if _duration(first := timings.ttft(r)):
             child(self.ttft, key).observe(first, exemplar)
         if _duration(first_content := timings.ttfo(r)):
@@ -192,7 +221,7 @@ class Metrics:
 
     def _observe_stream(self, r: RequestResult, key: tuple[str, str, str]) -> None:
         """What the stream said: finish reason, token source, an answer or none, connection."""
-        child = self._child
+        child = self.child
         child(self.finish_reasons, (*key, r.finish_reason.value)).inc()
         if r.token_event_ns:
             source = r.token_source.value
@@ -214,13 +243,13 @@ class Metrics:
         for phase, seconds in timings.phases(r):
             if _duration(seconds):
                 values = (labels.target, labels.model, phase, connection)
-                self._child(self.phase, values).observe(seconds)
+                self.child(self.phase, values).observe(seconds)
 
     def record_probe(self, result: RequestResult, labels: Labels, wall_end: float) -> None:
         key = (labels.target, labels.model)
-        self.probe_success.labels(*key).set(1 if result.ok else 0)
+        self.child(self.probe_success, key).set(1 if result.ok else 0)
         if math.isfinite(wall_end):
-            self.last_probe.labels(*key).set(wall_end)
+            self.child(self.last_probe, key).set(wall_end)
 
 
 def _duration(seconds: float | None) -> TypeGuard[float]:

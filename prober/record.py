@@ -88,7 +88,7 @@ class ScrapeRecorder:
 
     def scrape_failed(self, target: Target) -> None:
         labels = target.labels
-        self.metrics.server_scrape_errors.labels(labels.target, labels.model).inc()
+        self.metrics.child(self.metrics.server_scrape_errors, (labels.target, labels.model)).inc()
 
 
 class Recorder:
@@ -106,7 +106,8 @@ class Recorder:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.metrics = metrics
-        self.capacity: Mapping[str, TargetCapacity] = capacity or {}
+        # Kept as given, even empty: the daemon's is its fleet's, filled as targets start.
+        self.capacity: Mapping[str, TargetCapacity] = {} if capacity is None else capacity
         self._wall_clock = wall_clock
 
     def describe(self, target: Target) -> None:
@@ -116,27 +117,27 @@ class Recorder:
     def skipped(self, target: Target) -> None:
         """A probe run not started (its cap still in flight, or missed)."""
         labels = target.labels
-        self.metrics.probe_skipped.labels(labels.target, labels.model).inc()
+        self.metrics.child(self.metrics.probe_skipped, (labels.target, labels.model)).inc()
 
     def load_started(self, target: Target, rate: float) -> None:
         """A target's background load began at `rate` arrivals/s; its outcomes from 0."""
         labels = target.labels
-        self.metrics.load_target_rate.labels(labels.target, labels.model).set(rate)
+        self.metrics.child(self.metrics.load_target_rate, (labels.target, labels.model)).set(rate)
         self.metrics.expect(labels, "load")
 
     def load_in_flight(self, target: Target, delta: int) -> None:
         labels = target.labels
-        self.metrics.load_in_flight.labels(labels.target, labels.model).inc(delta)
+        self.metrics.child(self.metrics.load_in_flight, (labels.target, labels.model)).inc(delta)
 
     def load_dropped(self, target: Target) -> None:
         """An arrival not sent: the load's `max_in_flight` were all in flight."""
         labels = target.labels
-        self.metrics.load_dropped.labels(labels.target, labels.model).inc()
+        self.metrics.child(self.metrics.load_dropped, (labels.target, labels.model)).inc()
 
     def record(self, target: Target, result: RequestResult, mode: Mode) -> None:
         """One finished request: metrics, the target's capacity, and its log line."""
         self._count(target, result, mode)
-        cap = self.capacity.get(target.name)
+        cap = self._capacity_of(target)
         if cap is not None and mode is not Mode.ON_DEMAND:
             self._queue_waits(target, cap.observe(result, probe=mode is Mode.PROBE))
 
@@ -144,15 +145,29 @@ class Recorder:
         """A probe and the companion sent while it decoded: two probes, read together."""
         self._count(target, primary, Mode.PROBE)
         self._count(target, companion, Mode.PROBE, companion=True)
-        cap = self.capacity.get(target.name)
+        cap = self._capacity_of(target)
         if cap is not None:
             self._queue_waits(target, *cap.observe_pair(primary, companion))
+
+    def load_stopped(self, target: Target) -> None:
+        """A target's background load ended for good (a reload took its `load:` away)."""
+        labels = target.labels
+        self.metrics.child(self.metrics.load_target_rate, (labels.target, labels.model)).set(0)
+
+    def _capacity_of(self, target: Target) -> TargetCapacity | None:
+        """The capacity that learns from `target`'s requests: the one built for this very
+        `Target`. A request sent before a reload replaced the target's endpoint finishes into
+        its metrics, never into the estimate of the engine that replaced it."""
+        cap = self.capacity.get(target.name)
+        return cap if cap is not None and cap.target is target else None
 
     def _queue_waits(self, target: Target, *waits: float | None) -> None:
         labels = target.labels
         for wait in waits:
             if wait is not None:
-                self.metrics.queue_wait.labels(labels.target, labels.model).observe(wait)
+                self.metrics.child(self.metrics.queue_wait, (labels.target, labels.model)).observe(
+                    wait
+                )
 
     def _count(
         self, target: Target, result: RequestResult, mode: Mode, *, companion: bool = False

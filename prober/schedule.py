@@ -15,6 +15,12 @@ prober's own requests exactly. `drain()` stops scheduling and lets in-flight pro
 within a grace period; the rest are cancelled, counted as `cancelled`, and end quietly (a
 job cancelled at shutdown is no error). Every probe, a pair's two and a cancelled one, goes
 through the `Recorder` (metrics, the target's capacity, one log line).
+
+Given a live mapping of targets (the daemon's fleet), the set changes while it runs: `add` a
+target (its warm-up first), `reschedule` one whose interval, jitter or cap changed, `remove`
+one (its probes in flight get the grace, as at shutdown, then are cancelled and counted).
+A probe looks its target and session up by name when it starts, so a reload that replaced
+them is followed by the next run.
 """
 
 from __future__ import annotations
@@ -71,13 +77,14 @@ class ProbeScheduler:
     def __init__(
         self,
         sessions: Mapping[str, aiohttp.ClientSession],
-        targets: Iterable[Target],
+        targets: Mapping[str, Target] | Iterable[Target],
         recorder: Recorder,
         *,
         seed: int | None = None,
     ) -> None:
         self._sessions = sessions
-        self._targets = {t.name: t for t in targets}
+        # A mapping is kept as given (the fleet's, live); a list is the fixed set of a test.
+        self._targets = targets if isinstance(targets, Mapping) else {t.name: t for t in targets}
         self._recorder = recorder
         self._capacity = recorder.capacity
         self._rng = random.Random(seed)
@@ -88,6 +95,8 @@ class ProbeScheduler:
         self._warmed: set[str] = set()
         self._skip_noted: set[str] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
+        self._by_target: dict[str, set[asyncio.Task[Any]]] = {}
+        self._stopping: set[asyncio.Task[Any]] = set()  # cancelled by `remove`: end quietly
         self._draining = False
         self.probed: set[str] = set()
 
@@ -97,23 +106,66 @@ class ProbeScheduler:
         return self.probed >= self._targets.keys()
 
     def start(self) -> None:
-        now = datetime.now(UTC)
         for target in self._targets.values():
-            cfg = target.config
-            self._recorder.describe(target)
-            self._scheduler.add_job(
-                self._job,
-                "interval",
-                args=(target.name,),
-                id=target.name,
-                seconds=cfg.interval_seconds,
-                jitter=cfg.jitter_seconds or None,
-                next_run_time=now,
-                max_instances=cfg.probes_in_flight,
-                coalesce=True,
-                misfire_grace_time=max(1, int(cfg.interval_seconds)),
-            )
+            self.add(target)
         self._scheduler.start()
+
+    def add(self, target: Target) -> None:
+        """Probe `target` from now: described, warmed up, then every interval."""
+        cfg = target.config
+        self._recorder.describe(target)
+        self._scheduler.add_job(
+            self._job,
+            "interval",
+            args=(target.name,),
+            id=target.name,
+            seconds=cfg.interval_seconds,
+            jitter=cfg.jitter_seconds or None,
+            next_run_time=datetime.now(UTC),
+            max_instances=cfg.probes_in_flight,
+            coalesce=True,
+            misfire_grace_time=max(1, int(cfg.interval_seconds)),
+            replace_existing=True,
+        )
+
+    def reschedule(self, target: Target) -> None:
+        """`target`'s interval, jitter and cap as its config now says; the next run one
+        interval from now, its probes in flight untouched."""
+        cfg = target.config
+        self._recorder.describe(target)
+        self._scheduler.modify_job(
+            target.name,
+            max_instances=cfg.probes_in_flight,
+            misfire_grace_time=max(1, int(cfg.interval_seconds)),
+        )
+        self._scheduler.reschedule_job(
+            target.name,
+            trigger="interval",
+            seconds=cfg.interval_seconds,
+            jitter=cfg.jitter_seconds or None,
+        )
+
+    def remove(self, name: str) -> set[asyncio.Task[Any]]:
+        """Stop probing `name`: no new run from now, and added again it warms up again.
+        Returns its probes in flight, for `finish`."""
+        if self._scheduler.get_job(name) is not None:
+            self._scheduler.remove_job(name)
+        for noted in (self._warmed, self.probed, self._skip_noted):
+            noted.discard(name)
+        self._fire_ns.pop(name, None)
+        return {t for t in self._by_target.pop(name, set()) if not t.done()}
+
+    async def finish(self, tasks: set[asyncio.Task[Any]], grace_seconds: float) -> None:
+        """Give a removed target's probes `grace_seconds`, then cancel them (each is recorded
+        `cancelled` and its job ends quietly, as at shutdown)."""
+        if tasks:
+            _, tasks = await asyncio.wait(tasks, timeout=grace_seconds)
+        self._stopping |= tasks
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        self._stopping -= tasks
 
     async def drain(self, grace_seconds: float) -> None:
         """Stop scheduling; wait up to `grace_seconds` for in-flight probes, cancel the rest."""
@@ -160,16 +212,21 @@ class ProbeScheduler:
         try:
             await self._probe(name)
         except asyncio.CancelledError:
-            if self._draining:
-                return  # our shutdown: no error (apscheduler would log a traceback)
+            if self._draining or asyncio.current_task() in self._stopping:
+                return  # our shutdown or removal: no error (apscheduler would log a traceback)
             raise
 
     async def _probe(self, name: str) -> None:
-        target = self._targets[name]
+        target = self._targets.get(name)
+        if target is None:
+            return  # a run submitted just before its target was removed
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
+        mine = self._by_target.setdefault(name, set())
+        mine.add(task)
+        task.add_done_callback(mine.discard)
         t_sched_ns = self._fire_ns.pop(name, time.perf_counter_ns())
         if name not in self._warmed:
             await self._warm_up(target)

@@ -95,6 +95,11 @@ class Target:
         key, tls = cfg.read_secrets(), ssl_context(cfg)
         return cls(target_spec(cfg, api_key=key, tls=tls, keep_text=keep_text))
 
+    def update(self, spec: TargetSpec) -> None:
+        """Send with `spec` from the next request on: a reload that changed none of what makes
+        the endpoint (`fleet.changes`), so what sending learned stays."""
+        self.spec = spec
+
     @property
     def config(self) -> TargetConfig:
         return self.spec.config

@@ -334,3 +334,41 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
         return bcrypt.checkpw(password, hashed)
     except ValueError:  # a password over bcrypt's 72 bytes can never have been hashed
         return False
+
+
+class LiveWebConfig:
+    """The web config served now, swapped by a reload: the users for the next request, the
+    TLS files and minimum version for the next connection (loaded into the one server-side
+    context the listener holds). Turning TLS on or off needs a restart (`restart_needed`).
+
+    It is the app's one middleware, always installed, so a reload can add basic auth to a
+    daemon that started without it."""
+
+    __middleware_version__ = 1  # what `@web.middleware` marks: a new-style middleware
+
+    def __init__(self, config: WebConfig) -> None:
+        self.config = config
+        self.ssl_context = config.ssl_context()
+        self._auth = BasicAuthMiddleware(config.users) if config.users else None
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        auth = self._auth
+        if auth is None:
+            return await handler(request)
+        return await auth(request, handler)
+
+    def restart_needed(self, new: WebConfig) -> str | None:
+        """Why `new` cannot be served without a restart, or None."""
+        if new.tls != self.config.tls:
+            turned = "on" if new.tls else "off"
+            return f"server.web_config_file: TLS turned {turned}"
+        return None
+
+    def swap(self, new: WebConfig) -> None:
+        """Serve `new` from now (checked by `restart_needed` and validated when loaded)."""
+        if self.ssl_context is not None and new.cert_file and new.key_file:
+            self.ssl_context.load_cert_chain(new.cert_file, new.key_file, password=_no_passphrase)
+            self.ssl_context.minimum_version = new.min_version
+        if dict(new.users) != dict(self.config.users):
+            self._auth = BasicAuthMiddleware(new.users) if new.users else None
+        self.config = new

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Literal, Protocol
 
 import aiohttp
@@ -162,6 +162,11 @@ class TargetCapacity:
         first scrape that shows the engine gives no request and token counters."""
         cfg = self.target.config
         bound = log.bind(target=cfg.name)
+        # What an earlier watch read belongs to the engine it watched (a reload may change
+        # `metrics_url`): the server's figures start again from this one.
+        self.snapshot = None
+        self._completed.clear()
+        self._totals.clear()
         if self._stated is None and self.own_load is None and cfg.metrics_url is None:
             bound.warning("queue_depth_withheld", why="no traffic: given", fix=_WITHHELD_FIX)
         if cfg.metrics_url is None:
@@ -274,8 +279,9 @@ class CapacityCollector(Collector):
     """Exports queue depth (estimate and server), the estimate's basis, slots, saturation and
     KV usage at scrape time."""
 
-    def __init__(self, capacities: Iterable[TargetCapacity]) -> None:
-        self._capacities = list(capacities)
+    def __init__(self, capacities: Collection[TargetCapacity]) -> None:
+        # Kept as given, read at each scrape: the daemon's is a live view of its fleet.
+        self._capacities = capacities
         self._failed: set[str] = set()
 
     def _estimate(self, cap: TargetCapacity) -> Estimate:

@@ -11,6 +11,7 @@ from typing import Annotated, Self
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from prober.kinds import EventLoopChoice, LogFormat, LogLevel
+from prober.section import MAX_SECONDS
 from prober.section import Section as _Strict
 from prober.validation import CONTROL, bound, field_error, wrong
 from prober.webconfig import WebConfig, load_web_config
@@ -21,6 +22,9 @@ class ServerConfig(_Strict):
     grace_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     web_config_file: Path | None = None  # exporter-toolkit shape: TLS, basic auth
     event_loop: EventLoopChoice = "auto"  # auto: uvloop when installed (prober/runtime.py)
+    # Reload when the config file's content changes, checked this often; unset: never (SIGHUP
+    # and POST /-/reload still do). Content, not mtime: a ConfigMap swaps a symlink.
+    reload_interval_seconds: Annotated[float, Field(ge=1, le=MAX_SECONDS)] | None = None
     _web: WebConfig = PrivateAttr(default_factory=WebConfig)
     _web_read: bool = PrivateAttr(default=False)
 

@@ -14,9 +14,8 @@ import pytest
 from prober.metric_specs import REQUEST_LATENCY
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
-from prober.settings import Settings
 from prober.timings import tpot, ttft
-from prober.web import CAPACITY, METRICS, PROBED, build_app, client_session
+from prober.web import FLEET, METRICS, client_session
 from tests.support.daemon import daemon, scrape, simulator, value, wait_for
 
 HISTOGRAMS = tuple(spec.name for spec in REQUEST_LATENCY)
@@ -246,12 +245,11 @@ async def test_shards_split_probes_and_load_without_coordination() -> None:
     ]  # fmt: skip
     probed: list[set[str]] = []
     for index in (0, 1):
-        settings = Settings.model_validate(
-            {"targets": targets, "shard": {"index": index, "count": 2}}
-        )
-        app = build_app(settings)
-        probed.append(app[PROBED])
-        assert set(app[CAPACITY]) == set(names)  # load (and its estimate) on every replica
+        config = {"targets": targets, "shard": {"index": index, "count": 2}}
+        async with daemon(config) as (_url, app):
+            fleet = app[FLEET]
+            probed.append(set(fleet.probed))
+            assert set(fleet.capacity) == set(names)  # load (and its estimate) on every replica
     assert probed[0].isdisjoint(probed[1])
     assert probed[0] | probed[1] == set(names)
     assert probed[0]

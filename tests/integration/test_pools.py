@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from prober.web import SESSIONS
+from prober.web import FLEET
 from tests.support.daemon import daemon, scrape, value, wait_for
 from tests.support.hostile import whole_answer
 from tests.support.servers import raw_server, read_request
@@ -48,7 +48,7 @@ async def test_a_connection_never_carries_two_targets() -> None:
             for n, interval in (("a", 0.2), ("b", 0.33))
         ]}  # fmt: skip
         async with daemon(config) as (url, app):
-            sessions = app[SESSIONS]
+            sessions = {n: m.session for n, m in app[FLEET].members.items()}
 
             async def probed() -> bool:
                 samples = await scrape(url)

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from prober.settings import Settings
-from prober.web import WEB_CONFIG, build_app
+from prober.web import WEB, build_app
 from tests.support.daemon import bound_port_of
 from tests.support.net import closed_port, free_port, wait_http
 from tests.support.process import process
@@ -60,7 +60,7 @@ async def tls_daemon(web_config: Path) -> AsyncIterator[str]:
     app = build_app(Settings.model_validate(settings(web_config)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[WEB_CONFIG].ssl_context())
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[WEB].ssl_context)
     await site.start()
     try:
         yield f"https://127.0.0.1:{bound_port_of(runner)}"

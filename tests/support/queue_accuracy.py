@@ -17,7 +17,7 @@ import aiohttp
 
 from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
-from prober.web import LOADS, client_session
+from prober.web import FLEET, client_session
 from tests.support.daemon import daemon, scrape, value
 from tests.support.foreign_accuracy import drain, engine_truth
 from tests.support.machine import LoopLag, snapshot_at
@@ -85,7 +85,7 @@ async def run_own_load_levels(
     config = {"server": {"listen": "127.0.0.1:0", "grace_seconds": 0.1}, "targets": [target]}
     levels = []
     async with daemon(config) as (url, app), aiohttp.ClientSession() as session:
-        [driver] = app[LOADS]
+        [driver] = [m.load for m in app[FLEET].members.values() if m.load is not None]
         for rate in rates:
             await driver.set_rate(rate)
             await asyncio.sleep(warmup_seconds)

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("capacity", {"capacity"}),
     ("recording", {"record"}),
     ("probes and load", {"schedule", "load", "preflight"}),
+    ("fleet", {"fleet"}),
     ("daemon", {"web"}),
     ("tools", {"sim", "bench"}),
     ("experiments", {"demo", "autoscale"}),

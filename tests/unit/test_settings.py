@@ -15,7 +15,7 @@ from prober.cli import build_parser, probe_target
 from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS, Api, Timeouts
 from prober.settings import ConfigError, Settings, load_settings
 from prober.sim import add_sim_arguments
-from prober.web import TARGETS, WEB_CONFIG, build_app
+from prober.web import FLEET, WEB, build_app
 
 MINIMAL = """\
 server:
@@ -384,20 +384,26 @@ def test_web_config_file_is_read_once(tmp_path: Path) -> None:
     settings = load(tmp_path, f"server: {{web_config_file: {web}}}\n" + TARGET)
     web.unlink()
     app = build_app(settings)
-    assert app[WEB_CONFIG] is settings.server.web_config
-    assert set(app[WEB_CONFIG].users) == {"alice"}
+    assert app[WEB].config is settings.server.web_config
+    assert set(app[WEB].config.users) == {"alice"}
     assert load(tmp_path, TARGET).server.web_config.users == {}
 
 
-def test_the_api_key_is_read_once(tmp_path: Path) -> None:
+async def test_the_api_key_is_read_once(tmp_path: Path) -> None:
     """The daemon sends with the key that load_settings read and checked; it reads no file
     again (nor registers the target's secrets twice)."""
     key = tmp_path / "key"
     key.write_text("sk-read-once-123456\n")
     settings = load(tmp_path, TARGET + f"    api_key_file: {key}\n")
     key.unlink()
-    [target] = build_app(settings)[TARGETS].values()
-    assert target.spec.headers["Authorization"] == "Bearer sk-read-once-123456"
+    fleet = build_app(settings)[FLEET]
+    await fleet.apply({t.name: t for t in settings.targets})
+    try:
+        [member] = fleet.members.values()
+        assert member.target.spec.headers["Authorization"] == "Bearer sk-read-once-123456"
+    finally:
+        await fleet.drain(0.1)
+        await fleet.close()
 
 
 def test_web_config_faults_are_reported_beside_the_others(tmp_path: Path) -> None:
