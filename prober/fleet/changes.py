@@ -1,4 +1,4 @@
-"""What a changed target setting restarts: the one table (docs/design.md §10 shows it).
+"""What a changed target setting restarts: the one table (docs/design.md §11 shows it).
 
 A reload compares each target's old and new configuration key by key. Each key belongs to
 one `Effect`, and a change restarts what its effect names and nothing else; an equal
