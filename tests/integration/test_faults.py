@@ -9,7 +9,8 @@ the key, each in its variants) and every protocol-level flood (`tests/support/fl
 1xx runs, endless status lines and headers, chunk extensions, 1-byte chunks, trailers). Each
 target must count only its expected outcome, in both modes; `/metrics` must keep answering
 while every target fails; and once the daemon and servers are gone, no asyncio task and no
-socket may be left over. The outcome column mirrors the README's classification table.
+socket may be left over. The outcome column mirrors the classification table of
+docs/design.md §3.
 
 Name resolution is replaced by a resolver that answers `localhost` and refuses every other
 name, so the unresolvable host is refused here instead of by a DNS server off this machine:

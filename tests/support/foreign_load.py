@@ -39,7 +39,8 @@ def _body(rng: random.Random, args: argparse.Namespace) -> dict[str, object]:
     if args.sigma:
         tokens = _heavy(rng, args.max_tokens, args.sigma)
         # At least a third of the mean: a prompt of a few words has a prefill too short to
-        # tell from a decode step's jitter on the tests' engines (README, "Where it fails").
+        # tell from a decode step's jitter on the tests' engines (docs/design.md §6, "Where
+        # it fails").
         words = max(args.prompt_words // 3, _heavy(rng, args.prompt_words, args.sigma))
     else:
         spread = args.spread * args.max_tokens
