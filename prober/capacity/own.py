@@ -1,4 +1,4 @@
-"""Queue-depth estimate from what a client can see (README, "Queue depth").
+"""Queue-depth estimate from what a client can see (docs/design.md §6).
 
 Queue wait of one request: `W_q = (t_first_token − t_send) − prefill(n_prompt)`. The prefill
 is the server's own figure where it reports one (llama-server `timings.prompt_ms`, Ollama

@@ -1,6 +1,6 @@
 """Queue depth from probes alone: the engine serves other clients and reports nothing.
 
-What each probe yields (`ProbeSample`), and how the figures follow (README, "Queue depth"):
+What each probe yields (`ProbeSample`), and how the figures follow (docs/design.md §6):
 
 - its queue wait `W = (t_first_token − t_send) − prefill`, with the server's own prefill where
   it reports one, else the lower-envelope baseline;
