@@ -44,9 +44,11 @@ TRACKS = 0.25
 # Its rise from the first step to the last before the break, against the engine's own
 # (measured 2026-12-06: 0.19 for 0.20, 0.29 for 0.32).
 RISE_TRACKS = 0.1
-# The running figure averages the probes of the last 10 s (`_RUNNING_SECONDS` in
-# prober/capacity/probes.py): the engine's saturation is averaged over the same window.
-WINDOW_SECONDS = 10.0
+# The estimate's windows (prober/capacity/probes.py): running averages the probes of the last
+# 10 s (`_RUNNING_SECONDS`), waiting those of the last 5 s (`_RECENT_SECONDS`). The engine's
+# saturation, running/slots + waiting/slots, is averaged over the same windows, part by part.
+RUNNING_WINDOW_SECONDS = 10.0
+WAITING_WINDOW_SECONDS = 5.0
 
 
 def _probe_ttft_buckets(samples: dict[Any, float]) -> dict[float, float]:
@@ -64,11 +66,6 @@ def sample(samples: dict[Any, float], name: str, **labels: str) -> float | None:
         v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()
     ]
     return found[0] if found else None
-
-
-def true_saturation(waiting: float, running: float) -> float:
-    """The engine's own saturation: busy slots ÷ slots, 1 + waiting ÷ slots with a queue."""
-    return 1 + waiting / SLOTS if waiting > 0 else running / SLOTS
 
 
 def mean(values: list[float]) -> float:
@@ -92,7 +89,7 @@ async def test_saturation_follows_the_engines_before_ttft_p95_breaks_the_slo() -
             "traffic": "probes",  # the load's prompts and answers are the probes' lengths
         }  # fmt: skip
         steps: list[tuple[float, float, float, float]] = []
-        truth: list[tuple[float, float]] = []  # (monotonic time, the engine's saturation)
+        truth: list[tuple[float, float, float]] = []  # (monotonic time, waiting, running)
         session = aiohttp.ClientSession()
         async with session, daemon({"targets": [target]}) as (url, _):
             sampler = asyncio.create_task(_sample_truth(session, base, truth))
@@ -132,17 +129,20 @@ async def test_saturation_follows_the_engines_before_ttft_p95_breaks_the_slo() -
 
 
 async def _sample_truth(
-    session: aiohttp.ClientSession, base: str, truth: list[tuple[float, float]]
+    session: aiohttp.ClientSession, base: str, truth: list[tuple[float, float, float]]
 ) -> None:
-    """The engine's own saturation every quarter second, until cancelled."""
+    """The engine's own waiting and running every quarter second, until cancelled."""
     while True:
-        truth.append((time.monotonic(), true_saturation(*await engine_truth(session, base))))
+        truth.append((time.monotonic(), *await engine_truth(session, base)))
         await asyncio.sleep(0.25)
 
 
-def windowed(truth: list[tuple[float, float]], now: float) -> float:
-    """The engine's saturation averaged over the estimate's window ending `now`."""
-    return mean([v for at, v in truth if at >= now - WINDOW_SECONDS])
+def windowed(truth: list[tuple[float, float, float]], now: float) -> float:
+    """The engine's saturation over the estimate's windows ending `now`: busy slots (every
+    slot while requests wait) and waiting requests, each over its figure's window, ÷ slots."""
+    running = mean([r for at, _, r in truth if at >= now - RUNNING_WINDOW_SECONDS])
+    waiting = mean([w for at, w, _ in truth if at >= now - WAITING_WINDOW_SECONDS])
+    return (running + waiting) / SLOTS
 
 
 async def test_skipped_probe_runs_are_counted() -> None:
