@@ -48,9 +48,16 @@ Notes on the sources:
 Aggregation across label sets (several `model_name`s, vLLM data-parallel `engine`s, SGLang
 `dp_rank`s): counts (waiting, running, completed) are **summed**, because the endpoint's queue is
 the sum of its parts; the KV ratio takes the **maximum**, because a sum of ratios is no ratio and
-the fullest pool is the one that preempts or queues first. Non-finite samples are ignored. Caveat:
+the fullest pool is the one that preempts or queues first. Caveat:
 SGLang with `--enable-metrics-for-all-schedulers` reports the same queue once per TP rank, which
 a sum over-counts.
+
+Every figure is checked before it is used, as a stream's are (an engine's /metrics is input
+from outside like its answers): a sample that is not finite, is negative, or passes what its
+quantity can be (`_CEILINGS`: a KV ratio above 1, more than `MAX_REQUESTS` requests waiting or
+running, a counter past `MAX_TOTAL`) is dropped, and the snapshot names the quantities that lost
+a sample (`rejected`) for the caller to count; a sum that passes the ceiling is dropped the same
+way. The body is read up to `MAX_BODY_BYTES` and parsed off the event loop.
 
 `prometheus_client`'s parser rewrites counters: a family typed `counter` loses `_total` from its
 *family* name, and a counter sample whose name lacks `_total` (TGI, `llamacpp:n_tokens_max`) gets
@@ -59,6 +66,7 @@ a sum over-counts.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -84,6 +92,11 @@ __all__ = [
 # free to answer in OpenMetrics, whose counter and EOF conventions differ.
 _ACCEPT = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"}
 _SNIPPET_CHARS = 200
+# vLLM's exposition is about 100 KB with a few models; sixteen times the largest seen is still
+# an engine's, and more is refused before it is held or parsed.
+MAX_BODY_BYTES = 8 << 20
+MAX_REQUESTS = 1e6  # requests waiting or running in one endpoint: no engine holds a million
+MAX_TOTAL = 1e15  # a counter of requests or tokens: 30 years at a million tokens a second
 
 SampleIndex = Mapping[str, list[float]]
 
@@ -102,6 +115,7 @@ class ServerSnapshot:
     kv_usage_ratio: float | None
     completed_total: float | None
     lengths: TokenTotals | None = None
+    rejected: tuple[str, ...] = ()  # quantities that lost a sample to the range check
 
 
 @dataclass(frozen=True)
@@ -187,14 +201,46 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
 
 
 def _index(families: Iterable[Metric]) -> dict[str, list[float]]:
-    """Sample name -> finite values, one per label set."""
+    """Sample name -> values, one per label set, as the engine sent them."""
     index: dict[str, list[float]] = {}
     for family in families:
         for sample in family.samples:
-            values = index.setdefault(sample.name, [])
-            if math.isfinite(sample.value):
-                values.append(float(sample.value))
+            index.setdefault(sample.name, []).append(float(sample.value))
     return index
+
+
+class _Checked:
+    """Values of one scrape within what their quantity can be; the quantities that lost one."""
+
+    def __init__(self, index: SampleIndex) -> None:
+        self._index = index
+        self.rejected: list[str] = []
+
+    def present(self, name: str) -> bool:
+        return _lookup(self._index, (name,)) is not None
+
+    def values(self, quantity: str, names: tuple[str, ...], ceiling: float) -> list[float] | None:
+        found = _lookup(self._index, names)
+        if found is None:
+            return None
+        kept = [v for v in found if math.isfinite(v) and 0 <= v <= ceiling]
+        if len(kept) < len(found):
+            self.rejected.append(quantity)
+        return kept
+
+    def summed(self, quantity: str, names: tuple[str, ...], ceiling: float) -> float | None:
+        values = self.values(quantity, names, ceiling)
+        if not values:
+            return None
+        total = math.fsum(values)
+        if total > ceiling:
+            self.rejected.append(quantity)
+            return None
+        return total
+
+    def maximum(self, quantity: str, names: tuple[str, ...], ceiling: float) -> float | None:
+        values = self.values(quantity, names, ceiling)
+        return max(values) if values else None
 
 
 def _lookup(index: SampleIndex, names: tuple[str, ...]) -> list[float] | None:
@@ -206,25 +252,15 @@ def _lookup(index: SampleIndex, names: tuple[str, ...]) -> list[float] | None:
     return None
 
 
-def _summed(index: SampleIndex, names: tuple[str, ...]) -> float | None:
-    values = _lookup(index, names)
-    return math.fsum(values) if values else None
-
-
-def _maximum(index: SampleIndex, names: tuple[str, ...]) -> float | None:
-    values = _lookup(index, names)
-    return max(values) if values else None
-
-
-def _lengths(index: SampleIndex, sources: tuple[tuple[str, str, str], ...]) -> TokenTotals | None:
-    """The first source whose three totals are all present; None where one of them is
-    negative (no count of an engine is)."""
+def _lengths(check: _Checked, sources: tuple[tuple[str, str, str], ...]) -> TokenTotals | None:
+    """The first source whose three totals are all present and within range."""
     for names in sources:
-        requests, prompt, output = (_summed(index, (name,)) for name in names)
-        if requests is None or prompt is None or output is None:
+        if not all(check.present(name) for name in names):
             continue
-        if min(requests, prompt, output) < 0:
-            return None
+        before = len(check.rejected)
+        requests, prompt, output = (check.summed("lengths", (n,), MAX_TOTAL) for n in names)
+        if requests is None or prompt is None or output is None or len(check.rejected) > before:
+            return None  # a count and its tokens from one source, whole, or nothing
         return TokenTotals(requests, prompt, output)
     return None
 
@@ -262,13 +298,15 @@ def _snapshot(index: SampleIndex, engine: Engine) -> ServerSnapshot:
     if not _has_queue_metrics(index, spec):
         wanted = ", ".join(spec.waiting + spec.running)
         raise ServerMetricsError(f"{engine} metrics absent: none of {wanted} found")
+    check = _Checked(index)
     return ServerSnapshot(
         engine=engine,
-        waiting=_summed(index, spec.waiting),
-        running=_summed(index, spec.running),
-        kv_usage_ratio=_maximum(index, spec.kv_usage),
-        completed_total=_summed(index, spec.completed),
-        lengths=_lengths(index, spec.lengths),
+        waiting=check.summed("waiting", spec.waiting, MAX_REQUESTS),
+        running=check.summed("running", spec.running, MAX_REQUESTS),
+        kv_usage_ratio=check.maximum("kv_usage", spec.kv_usage, 1.0),
+        completed_total=check.summed("completed", spec.completed, MAX_TOTAL),
+        lengths=_lengths(check, spec.lengths),
+        rejected=tuple(dict.fromkeys(check.rejected)),
     )
 
 
@@ -286,7 +324,7 @@ def parse_metrics(text: str, engine: Engine | None = None) -> ServerSnapshot:
     return _snapshot(_index(families), engine)
 
 
-def _snippet(body: bytes) -> str:
+def _snippet(body: bytes | bytearray) -> str:
     text = " ".join(body.decode("utf-8", errors="replace").split())
     return text[:_SNIPPET_CHARS]
 
@@ -295,7 +333,11 @@ async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float) -> 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with session.get(url, timeout=timeout, headers=_ACCEPT) as response:
-            body = await response.read()
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(1 << 16):
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise ServerMetricsError(f"{url}: body over {MAX_BODY_BYTES} bytes")
             if not 200 <= response.status < 300:
                 detail = _snippet(body)
                 raise ServerMetricsError(
@@ -316,6 +358,8 @@ async def scrape(
     """GET `url` within `timeout_s` and normalise it; any failure is a ServerMetricsError."""
     text = await _fetch(session, url, timeout_s)
     try:
-        return parse_metrics(text, engine)
+        # A parse of a large exposition takes milliseconds of CPU: off the loop the probes
+        # stamp on.
+        return await asyncio.to_thread(parse_metrics, text, engine)
     except ServerMetricsError as err:
         raise ServerMetricsError(f"{url}: {err}") from err

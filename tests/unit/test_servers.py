@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from prober.capacity.server import (
+    MAX_BODY_BYTES,
     Engine,
     ServerMetricsError,
     ServerSnapshot,
@@ -224,7 +225,7 @@ def test_kv_usage_name_fallbacks(case: KvCase) -> None:
     assert parse_metrics(case.text).kv_usage_ratio == case.expected
 
 
-def test_non_finite_samples_are_ignored() -> None:
+def test_non_finite_samples_are_dropped_and_named() -> None:
     text = (
         'vllm:num_requests_waiting{engine="0"} NaN\n'
         'vllm:num_requests_waiting{engine="1"} 3\n'
@@ -233,6 +234,54 @@ def test_non_finite_samples_are_ignored() -> None:
     snapshot = parse_metrics(text)
     assert snapshot.waiting == 3.0
     assert snapshot.running is None
+    assert snapshot.rejected == ("waiting", "running")
+
+
+# What a hostile engine's /metrics sent (issue: exported as they came).
+HOSTILE = [
+    ("vllm:num_requests_waiting -5\nvllm:num_requests_running 1\n", "waiting"),
+    ("vllm:num_requests_waiting 1e308\nvllm:num_requests_running 1\n", "waiting"),
+    ("vllm:num_requests_waiting 0\nvllm:num_requests_running -1e308\n", "running"),
+    ("vllm:num_requests_waiting 0\nvllm:num_requests_running 1.18e21\n", "running"),
+    ("vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc -3\n", "kv_usage"),
+    ("vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 1e6\n", "kv_usage"),
+    ("vllm:num_requests_waiting 0\nvllm:request_success_total -2\n", "completed"),
+]
+
+
+@pytest.mark.parametrize(("text", "quantity"), HOSTILE)
+def test_out_of_range_figures_are_dropped_never_used(text: str, quantity: str) -> None:
+    snapshot = parse_metrics(text)
+    field = {"kv_usage": "kv_usage_ratio", "completed": "completed_total"}.get(quantity, quantity)
+    assert getattr(snapshot, field) is None
+    assert snapshot.rejected == (quantity,)
+
+
+def test_a_sum_past_the_ceiling_is_dropped() -> None:
+    lines = "".join(f'vllm:num_requests_waiting{{engine="{i}"}} 600000\n' for i in range(2))
+    snapshot = parse_metrics(lines)
+    assert snapshot.waiting is None
+    assert snapshot.rejected == ("waiting",)
+
+
+def test_a_ratio_of_one_and_counts_at_zero_are_kept() -> None:
+    text = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 1\n"
+    snapshot = parse_metrics(text)
+    assert (snapshot.waiting, snapshot.running, snapshot.kv_usage_ratio) == (0.0, 0.0, 1.0)
+    assert snapshot.rejected == ()
+
+
+def test_token_totals_with_a_rejected_sample_are_dropped_whole() -> None:
+    text = (
+        "vllm:num_requests_waiting 0\n"
+        'vllm:request_prompt_tokens_count{engine="0"} 10\n'
+        'vllm:request_prompt_tokens_count{engine="1"} -4\n'
+        "vllm:request_prompt_tokens_sum 100\n"
+        "vllm:request_generation_tokens_sum 50\n"
+    )
+    snapshot = parse_metrics(text)
+    assert snapshot.lengths is None
+    assert snapshot.rejected == ("lengths",)
 
 
 def test_missing_quantities_are_none_not_zero() -> None:
@@ -286,6 +335,14 @@ async def server() -> AsyncIterator[MetricsServer]:
     async def html(_: web.Request) -> web.Response:
         return web.Response(text="<html><body>hello</body></html>", content_type="text/html")
 
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        line = b"# " + b"x" * 65_000 + b"\n"
+        for _ in range(MAX_BODY_BYTES // len(line) + 2):
+            await response.write(line)
+        return response
+
     async def slow(_: web.Request) -> web.Response:
         await asyncio.wait_for(release.wait(), timeout=5)
         return web.Response(text=fixture_text("vllm"))
@@ -296,6 +353,7 @@ async def server() -> AsyncIterator[MetricsServer]:
     app.router.add_get("/501", metrics_disabled)
     app.router.add_get("/html", html)
     app.router.add_get("/slow", slow)
+    app.router.add_get("/huge", huge)
     runner = web.AppRunner(app, shutdown_timeout=1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -359,6 +417,13 @@ async def test_scrape_with_engine_absent_names_the_url(
     url = f"{server.base}/fixture/vllm/metrics"
     with pytest.raises(ServerMetricsError, match=rf"^{url}: sglang metrics absent"):
         await scrape(session, url, Engine.sglang, timeout_s=5)
+
+
+async def test_scrape_of_a_body_past_the_bound_is_an_error(
+    server: MetricsServer, session: aiohttp.ClientSession
+) -> None:
+    with pytest.raises(ServerMetricsError, match=f"body over {MAX_BODY_BYTES} bytes"):
+        await scrape(session, f"{server.base}/huge", Engine.vllm, timeout_s=30)
 
 
 async def test_scrape_connection_refused(session: aiohttp.ClientSession) -> None:
