@@ -148,6 +148,7 @@ def add_bench_parser(subparsers: Any) -> None:
         "--scale-name",
         metavar="NAME",
         default="vllm",
+        type=_kube_name,
         help="Deployment and prober target name in the emitted objects (default vllm)",
     )
     p.add_argument(
@@ -271,6 +272,15 @@ def run_bench(args: argparse.Namespace) -> int:
         for path in write_plots(doc, args.plot):
             print(f"plot: {path}", file=sys.stderr)
     return _emit(args, doc)
+
+
+def _kube_name(value: str) -> str:
+    from prober.bench.keda import kube_name
+
+    try:
+        return kube_name(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> int:

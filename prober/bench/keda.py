@@ -21,6 +21,7 @@ Derivation (docs/autoscaling.md, "Thresholds from a measurement"), for one repli
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -103,6 +104,33 @@ def derive(
     )
 
 
+# A Kubernetes object name (RFC 1123 label: what a Deployment's name may be, and a valid
+# label value for the HPA's selector): nothing in it needs escaping anywhere it is written.
+_KUBE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_PROMQL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def kube_name(value: str) -> str:
+    """`value` where it is a Kubernetes name, else ValueError in one line (the value shown
+    escaped)."""
+    if not _KUBE_NAME.fullmatch(value):
+        raise ValueError(
+            "must be a Kubernetes name (lower-case letters, digits and '-', at most 63, "
+            f"starting and ending with a letter or digit), got {value[:80]!r}"
+        )
+    return value
+
+
+def promql_string(value: str) -> str:
+    """`value` as a PromQL string literal: quoted, with backslash, quote and control
+    characters escaped, so no value can end the literal and add to the query."""
+    return '"' + "".join(_PROMQL_ESCAPES.get(ch) or _control(ch) for ch in value) + '"'
+
+
+def _control(ch: str) -> str:
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
+
+
 def _trigger(name: str, kind: str, query: str, threshold: float, server: str) -> dict[str, Any]:
     return {
         "type": "prometheus",
@@ -133,7 +161,7 @@ def behavior() -> dict[str, Any]:
 
 def triggers(b: Budgets, target: str, server: str = DEFAULT_PROMETHEUS) -> list[dict[str, Any]]:
     """The shipped three triggers (queue-waiting, ttft-p95, in-system) with `b`'s targets."""
-    sel = f'{{target="{target}"}}'
+    sel = f"{{target={promql_string(target)}}}"
     return [
         _trigger(
             "queue-waiting",
