@@ -21,6 +21,7 @@ import unicodedata
 from typing import Any, NamedTuple
 
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
 
 from prober.kinds import LogFormat
 
@@ -236,6 +237,23 @@ def _redact_secrets(_: Any, __: str, event_dict: Any) -> Any:
     }
 
 
+class _OneLineBadRequests(logging.Filter):
+    """aiohttp's server logs a request it cannot parse (a header past its limit, too many
+    headers, a malformed line) with the parser's whole traceback: anyone who reaches the port
+    can make one. Such a record becomes one warning line, `bad_request`, with the parser's
+    message (printable and bounded); any other error keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            cause = getattr(exc, "message", "") or type(exc).__name__
+            record.msg, record.args = "bad_request", None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"  # the client's fault
+            record.error = printable_line(f"{exc.code} {type(exc).__name__}: {cause}", 200)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def setup_logging(fmt: LogFormat = "auto", level: str = "info", stream: object = None) -> None:
     """Configure structlog and the stdlib root logger once, for the whole process."""
     out = stream if stream is not None else sys.stdout
@@ -246,6 +264,11 @@ def setup_logging(fmt: LogFormat = "auto", level: str = "info", stream: object =
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
+    ]
+    # A stdlib record's `error` (set by `_OneLineBadRequests`) joins its event.
+    foreign: list[structlog.types.Processor] = [
+        *shared,
+        structlog.stdlib.ExtraAdder(allow=("error",)),
     ]
     renderer: structlog.types.Processor = (
         structlog.dev.ConsoleRenderer() if pretty else structlog.processors.JSONRenderer()
@@ -266,7 +289,7 @@ def setup_logging(fmt: LogFormat = "auto", level: str = "info", stream: object =
                 _redact_secrets,  # last before rendering: sees structlog and stdlib events
                 renderer,
             ],
-            foreign_pre_chain=shared,
+            foreign_pre_chain=foreign,
         )
     )
     root = logging.getLogger()
@@ -274,6 +297,9 @@ def setup_logging(fmt: LogFormat = "auto", level: str = "info", stream: object =
     root.setLevel(_LEVELS.get(level, logging.ERROR))
     # One line per scrape would drown the probe events.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    server.filters[:] = [f for f in server.filters if not isinstance(f, _OneLineBadRequests)]
+    server.addFilter(_OneLineBadRequests())
     logging.getLogger("apscheduler.executors").setLevel(logging.WARNING)
     # apscheduler says "Adding job tentatively", "Added job" and "Scheduler started" at info on
     # every start: noise but at debug, where the logger follows the root's level again.
