@@ -214,6 +214,7 @@ class LoadDriver:
                 max_tokens=request.max_tokens,
                 prefix=request.prefix,
                 prompts=self._prompts,
+                probe=False,  # its own lengths, no question, no answer checks
                 on_first_token=first_token,
             )
         except asyncio.CancelledError:

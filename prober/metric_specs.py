@@ -195,6 +195,12 @@ TOKEN_SOURCE = _request_counter(
     "bound, TPOT an upper bound).",
     "source",
 )  # fmt: skip
+ANSWER_CHECKS = _request_counter(
+    "llmprober_answer_checks_total",
+    "Answer checks of ok probes (expect:) by check (regex, json, json_schema,"
+    " min_answer_tokens, model) and result (pass, fail); a failed one makes the probe not good.",
+    "check", "result",
+)  # fmt: skip
 TOKENS = _request_counter(
     "llmprober_tokens_total", "Tokens by kind (output includes reasoning).", "kind"
 )
@@ -334,7 +340,7 @@ REQUEST_LATENCY = (TTFT, TTFO, TPOT, ITL, E2E, DISPATCH_LAG)
 SPECS: tuple[MetricSpec, ...] = (
     *REQUEST_LATENCY, PROBE_PHASE, CONNECTIONS, SERVER_PREFILL, SERVER_DECODE,
     REQUESTS, REQUESTS_GOOD, WITHOUT_ANSWER, REASONING_WITHOUT_ANSWER, FINISH_REASONS,
-    TOKEN_SOURCE, TOKENS,
+    TOKEN_SOURCE, ANSWER_CHECKS, TOKENS,
     PROBE_SUCCESS, LAST_PROBE, PROBE_INTERVAL, SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_TTFO,
     PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, SERVER_SCRAPE_ERRORS,
     QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, QUEUE_DRAIN_RATE, QUEUE_DRAIN_BASIS,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard, TypeVar, cast
 
@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prober import metric_specs as specs
 from prober import timings
 from prober.metric_specs import counter, gauge, histogram
-from prober.result import MAX_COUNT, FinishReason, Outcome, RequestResult, TokenSource
+from prober.result import MAX_COUNT, Check, FinishReason, Outcome, RequestResult, TokenSource
 from prober.timings import Slo
 
 # `llmprober_token_source_total{source}`: counted events that may each hold several tokens.
@@ -95,6 +95,7 @@ class Metrics:
         self.finish_reasons = counter(specs.FINISH_REASONS, registry)
         self.token_source = counter(specs.TOKEN_SOURCE, registry)
         self.tokens = counter(specs.TOKENS, registry)
+        self.answer_checks = counter(specs.ANSWER_CHECKS, registry)
         self.probe_success = gauge(specs.PROBE_SUCCESS, registry)
         self.last_probe = gauge(specs.LAST_PROBE, registry)
         self.probe_interval = gauge(specs.PROBE_INTERVAL, registry)
@@ -136,6 +137,12 @@ class Metrics:
             self.child(self.finish_reasons, (*key, reason.value))
         self.child(self.without_answer, key)
 
+    def expect_checks(self, labels: Labels, checks: Iterable[Check]) -> None:
+        """A target's answer checks at 0 for its probes, passed and failed, from now."""
+        for check in checks:
+            for result in ("pass", "fail"):
+                self.child(self.answer_checks, (*labels.with_mode("probe"), check.value, result))
+
     def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
         """Observe one result; return whether it was good (within SLO).
 
@@ -156,6 +163,9 @@ class Metrics:
         ):
             if count and _count(count):
                 child(self.tokens, (*key, kind)).inc(count)
+        for check in result.checks:
+            verdict = "pass" if check.passed else "fail"
+            child(self.answer_checks, (*key, check.check.value, verdict)).inc()
         self._observe_latencies(result, key, exemplar)
         self._observe_stream(result, key)
         if mode == "probe":

@@ -14,6 +14,11 @@ outside [0.25, 8] tokens per word (a server that always says 1, or 10**15) is ig
 counted in `rejected`, and the ratio itself stays in that range, so a prompt never exceeds
 four words per requested token (plus the instruction) whatever the server reports.
 
+A question (`build_question`, a target's `question:`) is sent as written, after one line of
+salt: `SALT_LEAD` and random words, then a blank line. The salt line changes every request
+(cache-busting), the question never does, so an answer check judges the same question each
+time; with cache-busting off the question goes alone. Its length is the question's own.
+
 Shared prefixes (`build_shared`, for replayed traces): the prompt starts with one block of
 text per hash id, so requests whose leading ids agree share their leading text and an
 engine's prefix cache sees the sharing the trace describes. A block is `block_tokens` words
@@ -57,6 +62,7 @@ _VOCABULARY = tuple(
 )
 _INSTRUCTION = "Write a long, detailed story that uses these words:"
 _BUST_WORDS = 6
+SALT_LEAD = "Ignore this line:"  # a question's salt line: this, then random words
 _INITIAL_TOKENS_PER_WORD = 1.3
 _SMOOTHING = 0.8
 # Plausible tokens per word for these words, chat template overhead included. An English
@@ -113,6 +119,13 @@ class PromptBuilder:
         body = [_VOCABULARY[(i * 7919) % len(_VOCABULARY)] for i in range(body_words)]
         text = " ".join([*bust, _INSTRUCTION, *body]) if bust else " ".join([_INSTRUCTION, *body])
         return text, len(text.split())
+
+    def build_question(self, question: str) -> str:
+        """`question` as written, after a line of salt (and a blank line) when busting."""
+        if not self._cache_bust:
+            return question
+        salt = " ".join(self._rng.choices(_VOCABULARY, k=_BUST_WORDS))
+        return f"{SALT_LEAD} {salt}\n\n{question}"
 
     def build_shared(self, tokens: int, prefix: SharedPrefix) -> tuple[str, int]:
         """A prompt of about `tokens` tokens that starts with `prefix`'s blocks."""

@@ -28,12 +28,13 @@ from typing import Any
 
 from prober import timings
 from prober.capacity.target import TargetCapacity
-from prober.logs import get_logger
+from prober.logs import get_logger, safe_line
 from prober.metrics import Metrics
 from prober.result import Outcome, RequestResult
 from prober.targets import Target
 
 log = get_logger("prober.record")
+ANSWER_LOG_CHARS = 200  # of a probe's answer, logged when a check failed
 
 
 class Mode(StrEnum):
@@ -60,8 +61,10 @@ def cancelled(t_sched_ns: int, mode: Mode) -> RequestResult:
 
 
 def log_probe(bound: Any, r: RequestResult) -> None:
-    """The one line of a finished probe, at info (warning when it failed). Its request id
-    is the one its exemplars carry; never the prompt (`log_prompts` logs that apart)."""
+    """The one line of a finished probe, at info (warning when it failed, and when an answer
+    check failed: `probe_check_failed`, with the answer's first `ANSWER_LOG_CHARS`
+    characters, redacted). Its request id is the one its exemplars carry; never the prompt
+    (`log_prompts` logs that apart)."""
     fields: dict[str, Any] = {
         "request_id": r.request_id,
         "outcome": r.outcome.value,
@@ -73,7 +76,12 @@ def log_probe(bound: Any, r: RequestResult) -> None:
         "finish_reason": r.finish_reason.value,
         "connection": None if r.reused is None else ("reused" if r.reused else "fresh"),
     }
-    if r.ok:
+    if r.checks:  # each check's verdict: "pass", or why it failed
+        fields["checks"] = {c.check.value: c.detail or "pass" for c in r.checks}
+    if r.ok and not r.checks_passed:  # with the answer's start, a server's text as errors are
+        answer = safe_line(r.text, ANSWER_LOG_CHARS)
+        bound.warning("probe_check_failed", answered=r.answered, answer=answer, **fields)
+    elif r.ok:
         bound.info("probe_ok", answered=r.answered, **fields)
     else:
         bound.warning("probe_failed", error=r.error, http_status=r.http_status, **fields)
@@ -113,6 +121,7 @@ class Recorder:
     def describe(self, target: Target) -> None:
         """A target's configuration (SLOs, interval) and its probe outcomes at 0, at start."""
         self.metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
+        self.metrics.expect_checks(target.labels, target.spec.checks.names)
 
     def skipped(self, target: Target) -> None:
         """A probe run not started (its cap still in flight, or missed)."""

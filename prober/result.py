@@ -48,6 +48,25 @@ class FinishReason(StrEnum):
     NONE = "none"  # the stream never said
 
 
+class Check(StrEnum):
+    """An answer check a target may ask for (`expect:`): a bounded metric label."""
+
+    REGEX = "regex"
+    JSON = "json"
+    JSON_SCHEMA = "json_schema"
+    MIN_ANSWER_TOKENS = "min_answer_tokens"
+    MODEL = "model"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check of one answer: whether it held, and why not (one printable line)."""
+
+    check: Check
+    passed: bool
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionFacts:
     """What the attempt's connection adds to a result (`RequestResult`'s fields of the same
@@ -111,8 +130,16 @@ class RequestResult:
     # Bytes the server sent for the exchange (head, chunk framing, body), as the connection
     # counted them against its bounds (prober/request/exchange.py); None where none was counted.
     response_bytes: int | None = None
-    # Completion text, kept only when debug logging of completions is on.
+    # The `model` the response named (its first event's), one printable line of at most 128
+    # characters, redacted; "" when it named none. What `expect.model` compares.
+    response_model: str = ""
+    # The answer checks run on it (`prober.checks`, for a probe of a target with `expect:`);
+    # a failed one makes the request not good.
+    checks: tuple[CheckResult, ...] = ()
+    # Completion (answer) text, kept only when `log_prompts` is on or an answer check needs
+    # it, up to the request's bound; `text_cut` when more came than the bound kept.
     text: str = field(default="", repr=False)
+    text_cut: bool = False
 
     @property
     def ok(self) -> bool:
@@ -122,6 +149,11 @@ class RequestResult:
     def answered(self) -> bool:
         """At least one content token arrived (reasoning alone is no answer)."""
         return self.t_first_content_ns is not None
+
+    @property
+    def checks_passed(self) -> bool:
+        """Every answer check run on it held (true when none ran)."""
+        return all(check.passed for check in self.checks)
 
     @property
     def without_answer(self) -> bool:

@@ -13,6 +13,7 @@ builder.
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from types import MappingProxyType
 
 import aiohttp
 
+from prober.checks import NO_CHECKS, AnswerChecks, evaluate
 from prober.logs import get_logger
 from prober.metrics import Labels
 from prober.prompts import PromptBuilder, SharedPrefix
@@ -51,6 +53,7 @@ class TargetSpec:
     ssl: ssl.SSLContext | bool
     timeouts: Timeouts
     keep_text: bool = False
+    checks: AnswerChecks = NO_CHECKS  # judged on every probe's answer (`expect:`)
 
 
 def target_spec(
@@ -74,6 +77,7 @@ def target_spec(
         ssl=tls,
         timeouts=cfg.timeouts.timeouts(),
         keep_text=keep_text,
+        checks=cfg.expect.checks() if cfg.expect is not None else NO_CHECKS,
     )
 
 
@@ -126,15 +130,24 @@ class Target:
         prompts: PromptBuilder | None = None,
         on_first_token: Callable[[], None] | None = None,
         prefix: SharedPrefix | None = None,
+        probe: bool = True,
     ) -> RequestResult:
         """One request scheduled at `t_sched_ns`; the result's outcome says how it went.
 
-        With `prefix` the prompt starts with its shared blocks (a replayed trace)."""
+        With `prefix` the prompt starts with its shared blocks (a replayed trace). A `probe`
+        asks the target's `question` (when set) and has its answer checked (`expect:`);
+        background load sends `probe=False`: its prompts are its own lengths."""
         builder = prompts or self.prompts
         tokens = prompt_tokens or self.config.prompt_tokens
-        text, words = (
-            builder.build(tokens) if prefix is None else builder.build_shared(tokens, prefix)
-        )
+        question = self.config.question if probe else None
+        checks = self.spec.checks if probe else NO_CHECKS
+        words = 0  # a question is not sized, so it teaches the calibration nothing
+        if question is not None:
+            text = builder.build_question(question)
+        elif prefix is None:
+            text, words = builder.build(tokens)
+        else:
+            text, words = builder.build_shared(tokens, prefix)
         spec = RequestSpec(
             base_url=self.config.url,
             api=self.config.api,
@@ -146,9 +159,12 @@ class Target:
             extra_body=self.config.extra_body,
             ssl=self.spec.ssl,
             keep_text=self.spec.keep_text,
+            keep_answer=checks.needs_text,
             fresh_connection=self.config.connection == "fresh",
         )
         result = await stream_request(session, spec, t_sched_ns, on_first_token)
+        if checks.names:
+            result = dataclasses.replace(result, checks=evaluate(checks, result))
         if result.token_fallback and not self.fallback_noted:
             self.fallback_noted = True
             log.warning(
@@ -159,7 +175,8 @@ class Target:
                 request_id=result.request_id,
                 note="counted in llmprober_token_source_total; logged once per target",
             )
-        accepted = not result.prompt_tokens or builder.observe(words, result.prompt_tokens)
+        told = result.prompt_tokens if words else None  # a question's count is not learned
+        accepted = not told or builder.observe(words, told)
         if not accepted and builder.rejected == 1:  # noted once, never chased
             log.warning(
                 "prompt_tokens_implausible",

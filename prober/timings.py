@@ -9,6 +9,7 @@
     answered     = a content token arrived (reasoning alone is no answer)
     good         = ok and answered and TTFT ≤ slo.ttft and TPOT ≤ slo.tpot
                    (and TTFO ≤ slo.ttfo, E2E ≤ slo.e2e when set)
+                   and every answer check run on it passed (`prober.checks`)
 
 Phases, from the moment the prober began the request, each ending where the next starts
 (absent phases are skipped, so those present add up to TTFT − dispatch lag):
@@ -115,9 +116,10 @@ def e2e(r: RequestResult) -> float | None:
 def is_good(r: RequestResult, slo: Slo) -> bool:
     """Goodput membership. A one-token answer has no TPOT and is judged on TTFT (and E2E).
 
-    A stream without an answer (reasoning tokens only) is never good, however fast.
+    A stream without an answer (reasoning tokens only) is never good, however fast; nor is
+    one whose answer failed a check, its outcome `ok` all the same.
     """
-    if not r.ok or not r.answered:
+    if not r.ok or not r.answered or not r.checks_passed:
         return False
     if slo.ttfo_seconds is not None:
         first_answer = ttfo(r)

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from prober.config.expect import ExpectConfig
 from prober.config.secrets import register_secrets
 from prober.config.urls import check_url
 from prober.kinds import Api, Connection, Engine
@@ -39,6 +40,7 @@ NAME_SHAPE = "1-330 of letters, digits, '_', '.', ':', '/', '[', ']', '-'"
 _MARKS = "!#$%&'*+.^_`|~-"
 _HEADER_NAME = re.compile(rf"[0-9A-Za-z{re.escape(_MARKS)}]+")  # RFC 9110's token
 _PREFIX = re.compile(r"[\x20-\x7e]*")
+MAX_QUESTION_CHARS = 4000
 # Keys come only from a variable or a file, where they are read and registered as secrets.
 _KEY_SOURCES = "set the API key with api_key_env or api_key_file, not headers"
 # Set by the prober itself on every request; a configured one would be sent twice or win.
@@ -117,6 +119,11 @@ class TargetConfig(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 16
     warmup: Annotated[int, Field(ge=0, le=100)] = 1
     cache_bust: bool = True
+    # What every probe asks, verbatim, after the cache-busting salt line; unset, the
+    # synthetic prompt of `prompt_tokens` words (`prompts.PromptBuilder`).
+    question: str | None = None
+    # What every probe's answer must be (`prober.checks`); a failed check is not good.
+    expect: ExpectConfig | None = None
     timeouts: TimeoutsConfig = TimeoutsConfig()
     headers: dict[str, str] = Field(default_factory=dict)
     # Names of `headers` whose values are credentials, redacted like the API key (names in
@@ -208,6 +215,25 @@ class TargetConfig(_Strict):
         if not value.strip():
             raise ValueError(wrong("a non-empty string", value))
         return value
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or len(value) > MAX_QUESTION_CHARS:
+            raise ValueError(wrong(f"a question of 1-{MAX_QUESTION_CHARS} characters", value))
+        if CONTROL.search(value.replace("\n", "")):
+            raise ValueError(wrong("text without control characters (line breaks allowed)", value))
+        return value
+
+    @model_validator(mode="after")
+    def _answer_within_max_tokens(self) -> Self:
+        least = self.expect.min_answer_tokens if self.expect is not None else None
+        if least is not None and least > self.max_tokens:
+            problem = bound("at most", f"max_tokens ({self.max_tokens})", least)
+            raise field_error("expect.min_answer_tokens", problem, least)
+        return self
 
     @field_validator("headers")
     @classmethod

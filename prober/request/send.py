@@ -34,7 +34,7 @@ from prober.logs import printable_line, safe_line
 from prober.request.body import BodyReader, stream_bounds
 from prober.request.exchange import ExchangeMeter, ResponseTooLarge, bounded
 from prober.request.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
-from prober.request.stream import InStreamError, StreamState, max_events, max_lines
+from prober.request.stream import InStreamError, StreamState, answer_chars, max_events, max_lines
 from prober.request.wire import SendStamp, arrival_clock, request_session
 from prober.result import ConnectionFacts, Outcome, RequestResult
 
@@ -81,6 +81,8 @@ class RequestSpec:
     ssl: ssl.SSLContext | bool = True
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     keep_text: bool = False
+    # Keep the answer's text for an answer check, up to `stream.answer_chars(max_tokens)`.
+    keep_answer: bool = False
     # Open a connection of its own instead of a pooled one (what a new user meets).
     fresh_connection: bool = False
 
@@ -258,6 +260,10 @@ class _Exchange:
             keep_text=spec.keep_text,
             on_first_token=on_first_token,
             event_limit=max_events(spec.max_tokens),
+            # An answer check's bound; `keep_text` (log_prompts) keeps more, and decides.
+            text_limit=None
+            if spec.keep_text or not spec.keep_answer
+            else answer_chars(spec.max_tokens),
         )
         self.phase = Phase.CONNECT  # FIRST_TOKEN once a response came; `body` says the rest
         self.body: BodyReader | None = None

@@ -8,15 +8,13 @@ the result once, from the outcome the exchange settled on and the connection's s
 
 from __future__ import annotations
 
-import importlib
-import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from prober.logs import redact
+from prober.logs import redact, safe_line
+from prober.request.jsonparse import loads
 from prober.request.sse import LineSplitter, SSEParser, StreamError
 from prober.result import (
     MAX_COUNT,
@@ -27,57 +25,6 @@ from prober.result import (
     RequestResult,
     TokenSource,
 )
-
-
-def _pick_loads() -> Callable[[str | bytes], Any]:
-    """`json.loads`, through orjson when it is installed (the `fast` extra).
-
-    orjson parses a stream chunk about 3× faster. Whatever it refuses (NaN, Infinity, lone
-    surrogates, non-UTF-8 encodings, nesting past 1024) goes on to `json.loads`, so what parses
-    and what fails stays exactly as without it. One difference remains: integers beyond 64
-    bits come back as floats, so such a token count (absurd from any server) is ignored; an
-    integer of more than 64 digits is infinity either way (`_bounded_loads`).
-    """
-    try:
-        orjson = importlib.import_module("orjson")
-    except ImportError:
-        return _bounded_loads
-    fast = orjson.loads
-
-    def loads(text: str | bytes) -> Any:
-        try:
-            return fast(text)
-        except ValueError:
-            return _bounded_loads(text)
-
-    return loads
-
-
-# An integer of more digits than this is nonsense as any count or duration: it parses as
-# infinity (ignored by `_int` and `_number`). Python's int() refuses 4,300 digits and more,
-# which made a whole stream `protocol_error` for a number in a field the prober ignores.
-_MAX_INT_DIGITS = 64
-
-
-def _bounded_int(text: str) -> int | float:
-    return int(text) if len(text) <= _MAX_INT_DIGITS else math.inf
-
-
-def _bounded_loads(text: str | bytes) -> Any:
-    """`json.loads`, but a huge integer is infinity instead of a failed parse.
-
-    The default parser is tried first (it is faster); only text it refuses is parsed again,
-    so what fails for another reason still fails with its own message."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        try:
-            return json.loads(text, parse_int=_bounded_int)
-        except ValueError:
-            raise exc from None
-
-
-loads = _pick_loads()
 
 
 class InStreamError(ValueError):
@@ -109,6 +56,11 @@ _FINISH = {
     "tool_use": FinishReason.TOOL_CALLS,
 }
 MAX_TEXT_CHARS = 1 << 20  # completion text kept for `log_prompts`
+# Answer text kept for an answer check: this many characters per requested token. A token of
+# the usual vocabularies is a few characters (the longest, runs of spaces or dashes, a few
+# dozen); past the bound the answer is cut, and the result says so (`text_cut`).
+ANSWER_CHARS_PER_TOKEN = 64
+_MODEL_CHARS = 128  # of a response's `model`, kept for `expect.model`
 # A server's response id is kept (for correlating with its logs, never exported) only when it
 # looks like one: a short token of safe characters.
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -117,6 +69,11 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 def max_events(max_tokens: int) -> int:
     """The most events a stream asked for `max_tokens` tokens may carry."""
     return EVENTS_PER_TOKEN * max(1, max_tokens) + EVENT_SLACK
+
+
+def answer_chars(max_tokens: int) -> int:
+    """The most answer characters kept for a check of a request asked for `max_tokens`."""
+    return min(MAX_TEXT_CHARS, ANSWER_CHARS_PER_TOKEN * max(1, max_tokens))
 
 
 def max_lines(max_tokens: int) -> int:
@@ -178,6 +135,7 @@ class StreamState:
         keep_text: bool = False,
         on_first_token: Callable[[], None] | None = None,
         event_limit: int | None = None,
+        text_limit: int | None = None,
     ) -> None:
         self.request_id = request_id
         self.event_limit = event_limit
@@ -185,7 +143,12 @@ class StreamState:
         self.t_done_ns: int | None = None  # the read that carried [DONE] / done:true
         self.on_first_token = on_first_token
         self.ndjson = ndjson
-        self.keep_text = keep_text
+        # Answer characters kept: `text_limit` (an answer check's bound), else all up to
+        # MAX_TEXT_CHARS with `keep_text` (`log_prompts`), else none.
+        limit = (MAX_TEXT_CHARS if keep_text else 0) if text_limit is None else text_limit
+        self.text_limit = min(limit, MAX_TEXT_CHARS)
+        self.text_cut = False  # answer text came past `text_limit`
+        self.response_model = ""  # the first event's `model`, bounded and redacted
         self.done = False
         self.finish_reason: FinishReason | None = None
         self.usage_seen = False  # a usage block (or Ollama's final counts) was looked at
@@ -266,6 +229,7 @@ class StreamState:
             raise InStreamError(_error_text(obj["error"]))
         if self.response_id is None:
             self.response_id = safe_id(obj.get("id"))
+            self.response_model = _model_name(obj.get("model"))
         if (usage := obj.get("usage")) is not None:
             self._usage(usage)
         if (timings := obj.get("timings")) is not None:
@@ -288,6 +252,9 @@ class StreamState:
             raise ValueError("line is not a JSON object")
         if "error" in obj:
             raise InStreamError(_error_text(obj["error"]))
+        if self.response_id is None:
+            self.response_id = ""  # Ollama sends no id: its first line names the model
+            self.response_model = _model_name(obj.get("model"))
         message = obj.get("message") or {}
         self._token(message.get("content"), message.get("thinking"), t_ns)
         if obj.get("done"):
@@ -320,9 +287,13 @@ class StreamState:
         if not self.multi_word:
             self.multi_word = _multi_word(content if has_content else reasoning)
         self.token_event_ns.append(t_ns)
-        if self.keep_text and has_content and self._text_chars < MAX_TEXT_CHARS:
-            self._text.append(content[: MAX_TEXT_CHARS - self._text_chars])
-            self._text_chars += len(self._text[-1])
+        if has_content and self.text_limit:
+            room = self.text_limit - self._text_chars
+            if len(content) > room:
+                self.text_cut = True
+            if room > 0:
+                self._text.append(content[:room])
+                self._text_chars += len(self._text[-1])
 
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -401,6 +372,8 @@ class StreamState:
             server_decode_per_token_seconds=self.server_decode_per_token,
             wall_start=wall_start,
             text="".join(self._text),
+            text_cut=self.text_cut,
+            response_model=self.response_model,
             finish_reason=self.finish_reason or FinishReason.NONE,
             tokens_lower_bound=counted and self.multi_word,
             token_fallback=self._fallback_cause() if counted else "",
@@ -427,6 +400,11 @@ class StreamState:
 def _multi_word(text: str) -> bool:
     """Whether a token event's text holds two words or more (one token rarely does)."""
     return len(text.split(None, 1)) > 1
+
+
+def _model_name(value: Any) -> str:
+    """A response's `model` as one bounded, printable, redacted line ("" if not a string)."""
+    return safe_line(value[: 4 * _MODEL_CHARS], _MODEL_CHARS) if isinstance(value, str) else ""
 
 
 def _error_text(error: Any) -> str:

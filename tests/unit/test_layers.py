@@ -20,7 +20,16 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("vocabulary", {"prober", "kinds", "result", "logs", "metric_specs"}),
     (
         "leaf helpers",
-        {"timings", "arrivals", "prompts", "runtime", "webconfig", "validation", "workload"},
+        {
+            "timings",
+            "arrivals",
+            "prompts",
+            "runtime",
+            "webconfig",
+            "validation",
+            "workload",
+            "checks",
+        },
     ),
     ("one request, one signal", {"request", "summary", "metrics"}),
     ("exposition", {"exposition", "scrapes"}),
