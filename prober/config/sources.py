@@ -5,12 +5,21 @@ every variable of the model's `env_prefix` over the file's data (nested keys wit
 `env_nested_delimiter`, a list item by its index) and returns the merged whole: it comes
 first, so it wins. pydantic-settings' own `EnvSettingsSource` takes no list index in a
 variable's name, hence this source. A variable that matches no setting is an error naming it.
+
+Both are bounded before they are parsed, and again after, wherever they come from: the file
+is read only if it is a regular file of at most `MAX_FILE_BYTES` (a FIFO or a device is
+refused, never opened for a blocking read), a variable holds at most `MAX_VARIABLE_CHARS`,
+and what either parses to holds at most `MAX_VALUES` values nested at most `MAX_DEPTH` deep
+(YAML aliases counted as expanded: a document of a few aliases can stand for a billion values).
+List indices in variables' names are ordered as numbers (`TARGETS__10` after `TARGETS__9`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,7 +33,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from prober.config.errors import ConfigError
 from prober.section import unwrap as _unwrap
-from prober.validation import field_path, unknown_key
+from prober.validation import field_path, show, unknown_key
+
+# A configuration of 500 static targets is about 150 kB; the bounds leave room past that and
+# refuse, before any parsing, what no configuration needs (a 27 MB schedule took 3.7 GB).
+MAX_FILE_BYTES = 4 << 20
+MAX_VARIABLE_CHARS = 64 << 10
+MAX_VALUES = 200_000
+MAX_DEPTH = 32
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where built with it
 
 
 class YamlSource(PydanticBaseSettingsSource):
@@ -73,10 +90,49 @@ class EnvironmentSource(PydanticBaseSettingsSource):
         return copy.deepcopy(self._data)
 
 
+def _read_bounded(path: Path) -> str:
+    """The file's text, where it is a regular file within `MAX_FILE_BYTES`; else one line."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError([f"config: {show(path)} is not a regular file"])
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError([
+                f"config: {show(path)} is {info.st_size} bytes, over the {MAX_FILE_BYTES} a "
+                "configuration may hold"
+            ])  # fmt: skip
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:  # it grew while read
+        raise ConfigError([f"config: {show(path)} is over the {MAX_FILE_BYTES} bytes allowed"])
+    return data.decode("utf-8")
+
+
+def bounded(value: Any, where: str) -> None:
+    """ConfigError in one line where `value` holds more than `MAX_VALUES` values or nests
+    deeper than `MAX_DEPTH`, each shared (aliased) value counted every time it appears."""
+    count = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError([f"{where} holds more than {MAX_VALUES} values"])
+        if isinstance(node, dict | list):
+            if depth > MAX_DEPTH:
+                raise ConfigError([f"{where} nests deeper than {MAX_DEPTH} levels"])
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+
+
 def _check_yaml(path: Path) -> dict[str, Any]:
     """The file's mapping: it exists, parses, and holds one; else one clear problem line."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(_read_bounded(path), Loader=_Loader)  # a safe loader
+    except RecursionError:
+        raise ConfigError([f"config: {show(path)} nests deeper than {MAX_DEPTH} levels"]) from None
     except OSError as exc:
         raise ConfigError([f"config: cannot read {path}: {exc.strerror}"]) from None
     except UnicodeDecodeError as exc:
@@ -86,6 +142,7 @@ def _check_yaml(path: Path) -> dict[str, Any]:
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ConfigError([f"config: {path} is not valid YAML{at}: {problem}"]) from None
+    bounded(data, f"config: {show(path)}")
     if data is not None and not isinstance(data, dict):
         kind = type(data).__name__
         raise ConfigError([f"config: {path} must hold a mapping (server:, targets:), not a {kind}"])
@@ -115,7 +172,7 @@ def apply_environment(
     """
     names = sorted(
         (name for name in environ if name.upper().startswith(prefix.upper())),
-        key=lambda name: (name.count(delimiter), name),
+        key=lambda name: _order(name, delimiter),
     )
     problems: list[str] = []
     unknown: list[tuple[str, str]] = []
@@ -128,7 +185,7 @@ def apply_environment(
         except _NoField as exc:
             problem = unknown_key(str(exc.loc[-1]), exc.known)
             unknown.append(
-                (name, f"{field_path(exc.loc)}: {problem} (environment variable {name})")
+                (name, f"{field_path(exc.loc)}: {problem} (environment variable {show(name)})")
             )
             continue
         try:
@@ -140,6 +197,12 @@ def apply_environment(
     if problems:
         raise ConfigError(problems)
     return data
+
+
+def _order(name: str, delimiter: str) -> tuple[int, tuple[tuple[int, int, str], ...]]:
+    """Shallow names first, list indices as numbers: `__2__` before `__10__`."""
+    parts = name.split(delimiter)
+    return len(parts), tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in parts)
 
 
 class _NoField(Exception):
@@ -204,12 +267,19 @@ def _env_value(text: str, leaf: Any, name: str) -> Any:
     complex_leaf = typing.get_origin(leaf) in (list, dict) or (
         isinstance(leaf, type) and issubclass(leaf, BaseModel)
     )
+    where = f"environment variable {show(name)}"
+    if len(text) > MAX_VARIABLE_CHARS:
+        raise ConfigError([f"{where} holds {len(text)} characters, over {MAX_VARIABLE_CHARS}"])
     if not complex_leaf:
         return text
     try:
-        return json.loads(text)
+        value = json.loads(text)
+    except RecursionError:
+        raise ConfigError([f"{where} nests deeper than {MAX_DEPTH} levels"]) from None
     except ValueError as exc:
-        raise ConfigError([f"environment variable {name} is not valid JSON ({exc})"]) from None
+        raise ConfigError([f"{where} is not valid JSON ({exc})"]) from None
+    bounded(value, where)
+    return value
 
 
 def _env_set(data: dict[str, Any], parts: list[str], value: Any) -> None:
