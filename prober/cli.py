@@ -26,7 +26,14 @@ from prober.logs import get_logger, setup_logging
 from prober.preflight import check_targets
 from prober.request import DEFAULT_TIMEOUTS, Api
 from prober.request.wire import client_session
-from prober.settings import ConfigError, FieldError, ServerConfig, TargetConfig, load_settings
+from prober.settings import (
+    ConfigError,
+    FieldError,
+    ServerConfig,
+    Settings,
+    TargetConfig,
+    load_settings,
+)
 from prober.summary import result_summary
 from prober.targets import Target
 from prober.validation import bound, describe, field_path, wrong
@@ -137,7 +144,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if command == "check-config":
         settings = load_settings(args.config)
         listen_addresses(settings.server)  # resolvable; only `run` can tell if it is free
-        print(f"{args.config}: ok ({len(settings.targets)} targets)")
+        print(f"{args.config}: ok ({checked(settings)})")
         return asyncio.run(_check_targets(settings.targets)) if args.probe else 0
     if command == "run":
         return run_daemon(args.config)
@@ -154,6 +161,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_bench(args)
     raise AssertionError(f"unhandled command {command}")
+
+
+def checked(settings: Settings) -> str:
+    """What `check-config` checked: the targets, and the target groups where there are some
+    (their targets are found at run time; each template was checked for a sample address)."""
+    static = len(settings.targets)
+    if not settings.target_groups:
+        return f"{static} targets"
+    return f"{static} static targets, {len(settings.target_groups)} target groups"
 
 
 def run_daemon(config: Path | None) -> int:
@@ -180,6 +196,7 @@ def run_daemon(config: Path | None) -> int:
         version=__version__,
         listen=server.listen,
         targets=len(settings.targets),
+        target_groups=len(settings.target_groups),
         tls=web_config.tls,
         basic_auth=bool(web_config.users),
         event_loop=loop_name,

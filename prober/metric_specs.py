@@ -315,13 +315,15 @@ RELOAD_SUCCESS_TIME = MetricSpec(
 # --- discovery (`discovery.Discovery`, at scrape time) ----------------------------------------
 TARGET_INFO = MetricSpec(
     "llmprober_target_info", Kind.GAUGE,
-    "1 for each target: its group (empty for a static target), its address, and the"
-    " discovery labels its group declares (labels:); join it on target in PromQL.",
+    "1 for each target this replica probes: its group (empty for a static target), its"
+    " address, and the discovery labels its group declares (labels:); join it on target in"
+    " PromQL.",
     ("target", "group", "address"),
 )  # fmt: skip
 DISCOVERY_TARGETS = MetricSpec(
     "llmprober_discovery_targets", Kind.GAUGE,
-    "Targets a group holds now (removed ones gone, name clashes left out).", ("group",),
+    "Targets a group holds now on this replica's shard (removed ones gone, name clashes left"
+    " out).", ("group",),
 )  # fmt: skip
 DISCOVERY_ERRORS = MetricSpec(
     "llmprober_discovery_errors_total", Kind.COUNTER,
@@ -347,6 +349,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ENGINE_SLOTS, SATURATION,
     SERVER_KV_CACHE_USAGE, STAMPING_INFO, EXPOSITION_FALLBACK,
     RELOAD_SUCCESSFUL, RELOAD_SUCCESS_TIME,
+    TARGET_INFO, DISCOVERY_TARGETS, DISCOVERY_ERRORS, DISCOVERY_LAST_REFRESH,
 )  # fmt: skip
 BY_NAME = {spec.name: spec for spec in SPECS}
 if len(BY_NAME) != len(SPECS):

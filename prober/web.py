@@ -11,7 +11,10 @@ changed, 400 with the one line `check-config` would print, and nothing applied),
 every route but the two health checks, and `WEB.ssl_context` serves them over TLS
 (`webconfig.py`); a reload swaps both. The targets live in the `FLEET` (`fleet/`): each
 target's session, capacity, load and probe job belong to its name and change with a reload.
-The fleet starts in `cleanup_ctx` and stops, drained, at shutdown.
+`DISCOVERY` (`discovery/`) is the one composer of the set the fleet runs: the static targets
+and the discovered ones, at start, at each answer of a source and at each reload (the
+`RELOADER` hands it the new configuration); its series are a collector on the registry. The
+fleet and discovery start in `cleanup_ctx` and stop, drained, at shutdown.
 
 Each target has a client session of its own, and with it a connection pool of its own
 (`Member.session`): a connection opened for one target never carries another's request, even
@@ -36,6 +39,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 
 from prober import __version__
+from prober.discovery import Discovery
 from prober.fleet.fleet import Fleet
 from prober.fleet.reload import ConfigSource, Reloader
 from prober.metrics import Metrics
@@ -48,6 +52,7 @@ from prober.webconfig import LiveWebConfig
 SETTINGS = web.AppKey("settings", Settings)  # as at start; the one in use is RELOADER's
 METRICS = web.AppKey("metrics", Metrics)
 FLEET = web.AppKey("fleet", Fleet)
+DISCOVERY = web.AppKey("discovery", Discovery)
 RELOADER = web.AppKey("reloader", Reloader)
 WEB = web.AppKey("web", LiveWebConfig)
 
@@ -86,7 +91,9 @@ def build_app(
     grace = settings.server.grace_seconds
     keep = settings.logging.log_prompts
     app[FLEET] = Fleet(app[METRICS], grace_seconds=grace, keep_text=keep)
-    app[RELOADER] = Reloader(source, settings, app[FLEET], live_web, app[METRICS].registry)
+    app[DISCOVERY] = Discovery(settings, app[FLEET])
+    app[METRICS].registry.register(app[DISCOVERY])
+    app[RELOADER] = Reloader(source, settings, app[DISCOVERY], live_web, app[METRICS].registry)
     app[INFLIGHT] = Inflight()
     app.cleanup_ctx.append(_fleet_ctx)
     app.on_shutdown.append(_begin_drain)
@@ -113,6 +120,7 @@ async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[RELOADER].start()
     yield
     await app[RELOADER].close()
+    await app[DISCOVERY].stop()
     await _drained(app)
     await fleet.close()
 

@@ -140,6 +140,11 @@ class TargetGroupConfig(TargetConfig):
         assert source is not None  # exactly one, validated
         return source.refresh_interval_seconds
 
+    def name_for(self, address: str) -> str:
+        """The name the target of `address` gets (the `name` template alone, nothing built:
+        what the shard is decided on); ValueError for an address that is no `host:port`."""
+        return expand(self.name, self._values(address))
+
     def target(self, address: str) -> TargetConfig:
         """The target of one discovered `host:port`, validated as a static target is;
         ValueError for an address that is no `host:port`, pydantic's ValidationError for a

@@ -5,8 +5,10 @@
 - `files`, `http`, `dns`: the three sources (`FileSd`, `HttpSd`, `DnsSd`);
 - `state`: a group's addresses across refreshes (`remove_after_seconds`) and `merge`, the
   one set `static ∪ discovered` keyed by target name, name clashes resolved;
-- `runner`: `Discovery`, one refresh loop per group, handing the set to the fleet's `apply`
-  when it changes, and the discovery series at scrape time.
+- `runner`: `Discovery`, the one composer of the set the fleet runs (at start, when a group's
+  answer changes it, and at a reload, handed the new configuration), one refresh loop per
+  group, the targets of a group filtered to this replica's shard before they are built;
+- `series`: the discovery series, made at scrape time.
 
 The configuration of a group is `prober.config.group.TargetGroupConfig`; docs/design.md
 ("Discovery") says why each choice was made.

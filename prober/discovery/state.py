@@ -5,7 +5,11 @@ address leaves only once it has been absent `remove_after_seconds` (a source tha
 its last good list, so a failure never counts as absence). Its targets are made by the group's
 template (`TargetGroupConfig.target`), once per address while the group is unchanged, so an
 unchanged target is the same `TargetConfig` on every refresh; an address the template cannot
-make a valid target of is left out and reported once.
+make a valid target of is left out and reported once. On a shard (`shard.count` > 1) only the
+addresses whose target name this replica owns are built at all (`members(owns)`: the name
+template alone decides, rendezvous hashing of the name, `prober.fleet.shard`), so each replica
+builds and runs its share of a group, never the whole of it. A changed group's configuration
+(`carried`) keeps the addresses and their absence clocks and builds its targets afresh.
 
 `merge` makes the desired set, keyed by target name: the static targets first, then each
 group in the order of `target_groups:`, each group's addresses in order. A name already taken
@@ -16,7 +20,7 @@ and returned as a `Clash`, which the runner logs once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -74,22 +78,41 @@ class GroupState:
             self._labels[address] = labels
             self._absent_since.pop(address, None)
 
+    def carried(self, config: TargetGroupConfig) -> GroupState:
+        """The state under a changed configuration of the group: the same addresses, labels
+        and absence clocks (nothing is wiped), every target built again by the new template."""
+        state = GroupState(config)
+        state._labels = dict(self._labels)
+        state._absent_since = dict(self._absent_since)
+        return state
+
     @property
     def addresses(self) -> list[str]:
         return sorted(self._labels)
 
-    def members(self) -> list[Member]:
-        """The group's targets, in address order; `refused` holds the addresses newly left
-        out (an address refused once is not reported again while it stays)."""
+    def members(self, owns: Callable[[str], bool] = lambda _: True) -> list[Member]:
+        """The group's targets whose name `owns` accepts, in address order; `refused` holds
+        the addresses newly left out (an address refused once is not reported again while it
+        stays). An address another shard owns is not built."""
         self.refused = []
         out = []
         for address in self.addresses:
+            if not owns(self._name(address)):
+                continue
             if address not in self._built:
                 self._built[address] = self._build(address)
             config = self._built[address]
             if config is not None:
                 out.append(Member(self.config.group, address, self._labels[address], config))
         return out
+
+    def _name(self, address: str) -> str:
+        """The target name of `address` (sources give checked addresses; one that has no name
+        is refused by `_build`, on the one shard that owns the empty name)."""
+        try:
+            return self.config.name_for(address)
+        except ValueError:
+            return ""
 
     def _build(self, address: str) -> TargetConfig | None:
         try:

@@ -10,7 +10,9 @@
 - added: starts as at start-up, its warm-up first.
 
 A target whose shard owner changes (a new `shard:`) restarts on this replica as if removed and
-added. Everything with I/O (API keys, CA files: `Target.from_config`) is done before anything
+added. A target named in `whole_load` (a discovered one: only its owner is handed it) runs its
+whole `load:` here; any other carries this replica's share of it (`LoadDriver`'s `shard`).
+Everything with I/O (API keys, CA files: `Target.from_config`) is done before anything
 changes, so a fault there changes nothing; `before_commit` (the web config's swap) runs at
 that point too. Applies are serialized. The scheduler, the recorder and the capacity
 collector read the fleet's mappings live, so a reload is followed without rebuilding them.
@@ -19,7 +21,7 @@ collector read the fleet's mappings live, so a reload is followed without rebuil
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +77,7 @@ class Fleet:
         self.scheduler = ProbeScheduler(self.sessions, self.probed, self.recorder)
         metrics.registry.register(CapacityCollector(self.capacity.values()))
         self.shard: Shard = (0, 1)
+        self._whole_load: frozenset[str] = frozenset()
         self._lock = asyncio.Lock()
         self._retiring: dict[str, list[tuple[Labels | None, asyncio.Task[None]]]] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -90,17 +93,20 @@ class Fleet:
         shard: Shard = (0, 1),
         *,
         before_commit: Callable[[], None] | None = None,
+        whole_load: Collection[str] = (),
     ) -> Applied:
         """Make the running set `desired` on shard `shard` (index, count); see the module."""
         async with self._lock:
             if self.closing:
                 raise RuntimeError("the fleet is shutting down")
-            plan = self._plan(desired, shard)
+            whole = frozenset(whole_load)
+            plan = self._plan(desired, shard, whole)
             built = {name: Target.from_config(desired[name], keep_text=self._keep_text)
                      for name in (*plan.added, *plan.changed)}  # fmt: skip
             if before_commit is not None:
                 before_commit()
             old_shard, self.shard = self.shard, shard
+            self._whole_load = whole
             for name in plan.removed:
                 self._retire(self.members.pop(name), forget=True)
             for name, found in plan.changed.items():
@@ -109,7 +115,9 @@ class Fleet:
                 await self._start(built[name])
         return plan
 
-    def _plan(self, desired: Mapping[str, TargetConfig], shard: Shard) -> Applied:
+    def _plan(
+        self, desired: Mapping[str, TargetConfig], shard: Shard, whole: frozenset[str]
+    ) -> Applied:
         changed: dict[str, frozenset[Effect]] = {}
         for name, cfg in desired.items():
             member = self.members.get(name)
@@ -118,7 +126,8 @@ class Fleet:
             found = effects(member.target.config, cfg)
             if member.probed != owns(name, *shard):
                 found.add(Effect.ENDPOINT)  # its shard moved: restarts here as a new target
-            if shard != self.shard and cfg.load is not None:
+            shared = (name in whole) != (name in self._whole_load) or shard != self.shard
+            if shared and cfg.load is not None:
                 found.add(Effect.LOAD)  # this replica's share of the load changed
             if found:
                 changed[name] = frozenset(found)
@@ -199,7 +208,7 @@ class Fleet:
             cfg,
             self.recorder,
             own_load=member.capacity.own_load,
-            shard=self.shard,
+            shard=(0, 1) if member.name in self._whole_load else self.shard,
         )
         member.load.start()
 

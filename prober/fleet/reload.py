@@ -5,9 +5,11 @@ optional checksum poll, `server.reload_interval_seconds`) reads the file and the
 as `check-config` does (`load_settings`). A configuration that does not validate, or that
 changes what only a restart can change (`restart_needed`), is not applied: the running one
 stays, one log line and the answer say why (the line `check-config` prints), and
-`llmprober_config_last_reload_successful` reads 0 until a good one loads. A good one swaps
-the web config (users, TLS files) and applies the targets to the fleet (`Fleet.apply`).
-Reloads are serialized; one arriving during shutdown is refused.
+`llmprober_config_last_reload_successful` reads 0 until a good one loads. A good one is
+handed whole to discovery (`Discovery.reconfigure`), the one composer of the set: it merges
+the new static targets with the discovered ones of the new `target_groups:` and applies them to
+the fleet (`Fleet.apply`), swapping the web config (users, TLS files) at the moment the fleet
+commits. Reloads are serialized; one arriving during shutdown is refused.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from prober import metric_specs as specs
-from prober.fleet.fleet import Applied, Fleet
+from prober.discovery.runner import Discovery
+from prober.fleet.fleet import Applied
 from prober.logs import get_logger
 from prober.metric_specs import gauge
-from prober.settings import ConfigError, Settings, TargetConfig, load_settings
+from prober.settings import ConfigError, Settings, load_settings
 from prober.webconfig import LiveWebConfig
 
 log = get_logger("prober.reload")
@@ -63,15 +66,6 @@ class Reloaded:
     message: str
 
 
-def desired(settings: Settings) -> dict[str, TargetConfig]:
-    """The targets `settings` names, by name."""
-    return {t.name: t for t in settings.targets}
-
-
-def shard_of(settings: Settings) -> tuple[int, int]:
-    return (settings.shard.index, settings.shard.count)
-
-
 def restart_needed(old: Settings, new: Settings) -> list[str]:
     """What `new` changes that the running process cannot: each `key (old -> new)`.
 
@@ -100,7 +94,7 @@ class Reloader:
         self,
         source: ConfigSource | None,
         settings: Settings,
-        fleet: Fleet,
+        discovery: Discovery,
         web: LiveWebConfig,
         registry: CollectorRegistry,
         *,
@@ -108,7 +102,7 @@ class Reloader:
     ) -> None:
         self.source = source
         self.settings = settings
-        self._fleet = fleet
+        self._discovery = discovery
         self._web = web
         self._wall_clock = wall_clock
         self._successful = gauge(specs.RELOAD_SUCCESSFUL, registry)
@@ -122,9 +116,10 @@ class Reloader:
         self.started = False
 
     async def start(self) -> Applied:
-        """The configuration at start applied to the fleet; the checksum poll started."""
+        """The configuration at start applied (discovery's first answers with it); the
+        checksum poll started."""
         async with self._lock:
-            applied = await self._fleet.apply(desired(self.settings), shard_of(self.settings))
+            applied = await self._discovery.start()
             self.started = True
             self._poll(self.settings)
         return applied
@@ -141,7 +136,7 @@ class Reloader:
     async def reload(self, why: str) -> Reloaded:
         """Read, validate and apply the configuration; see the module docstring."""
         async with self._lock:
-            if self._fleet.closing or not self.started:
+            if self._discovery.closing or not self.started:
                 return Reloaded(False, "reload refused: the daemon is shutting down or starting")
             if self.source is None:
                 return self._failed(why, "reload refused: no configuration file to read")
@@ -157,10 +152,8 @@ class Reloader:
                 why_not = f"reload refused: {', '.join(refusal)} needs a restart; nothing applied"
                 return self._failed(why, why_not)
             try:
-                applied = await self._fleet.apply(
-                    desired(new),
-                    shard_of(new),
-                    before_commit=lambda: self._web.swap(new.server.web_config),
+                applied = await self._discovery.reconfigure(
+                    new, before_commit=lambda: self._web.swap(new.server.web_config)
                 )
             except ConfigError as exc:  # a target's key or CA file, read as it is built
                 return self._failed(why, "; ".join(exc.problems))

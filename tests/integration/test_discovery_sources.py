@@ -16,14 +16,14 @@ import pytest
 from aiohttp import web
 
 from prober.config.discovery import DnsConfig, FileSdConfig, HttpSdConfig
-from prober.config.group import TargetGroupConfig
 from prober.discovery import Discovery, Fetched, Reason
 from prober.discovery.dns import DnsSd
 from prober.discovery.files import FileSd
 from prober.discovery.http import HttpSd
 from prober.discovery.source import MAX_BYTES
-from prober.settings import TargetConfig
+from prober.settings import Settings
 from tests.support.dnsmasq import Dnsmasq, dnsmasq
+from tests.support.fleets import Recording
 from tests.support.servers import serve_app
 
 
@@ -206,15 +206,16 @@ async def test_dns_failures_keep_the_list_and_nxdomain_empties_it(dns_server: Dn
 
 async def test_a_dns_group_through_the_runner(dns_server: Dnsmasq) -> None:
     """A removed record leaves only after remove_after_seconds; a dead server keeps it."""
-    group = TargetGroupConfig.model_validate({
+    group = {
         "group": "llm", "model": "m", "remove_after_seconds": 0.3, "labels": ["dns_name"],
         "dns": {"name": "llm.test", "type": "A", "port": 8000, "server": dns_server.server,
                 "refresh_interval_seconds": 0.1, "timeout_seconds": 0.3},
-    })  # fmt: skip
-    static = TargetConfig(name="static", url="http://127.0.0.1:1/v1", model="m")
-    applied: list[list[str]] = []
-    discovery = Discovery([static], [group], lambda d: applied.append(sorted(d)),
-                          debounce_seconds=0.05)  # fmt: skip
+    }  # fmt: skip
+    static = {"name": "static", "url": "http://127.0.0.1:1/v1", "model": "m"}
+    settings = Settings.model_validate({"targets": [static], "target_groups": [group]})
+    fleet = Recording()
+    applied = fleet.applied
+    discovery = Discovery(settings, fleet, debounce_seconds=0.05)
     await discovery.start()
     try:
         assert applied == [["llm/127.0.0.1:8000", "static"]]

@@ -17,7 +17,9 @@ from prober.config.group import TargetGroupConfig
 from prober.discovery import Discovered, Discovery, Fault, Fetched, Reason
 from prober.discovery.source import MAX_LABEL_CHARS, MAX_TARGETS, parse_groups
 from prober.discovery.state import GroupState, merge
+from prober.fleet.fleet import Applied
 from prober.settings import ConfigError, Settings, TargetConfig, load_settings
+from tests.support.fleets import Recording
 
 STATIC = {"name": "local", "url": "http://127.0.0.1:1/v1", "model": "m"}
 
@@ -235,6 +237,12 @@ def test_name_clashes_keep_the_first_owner() -> None:
     ]
 
 
+def settings_of(*groups: dict[str, Any], static: bool = True, **more: Any) -> Settings:
+    """Settings of `STATIC` (unless `static=False`) and `groups`; `more` over them."""
+    document = {"targets": [STATIC] if static else [], "target_groups": list(groups), **more}
+    return Settings.model_validate(document)
+
+
 class Scripted:
     """A source that answers what the test queued, then its last answer again."""
 
@@ -254,16 +262,14 @@ def found(*ports: int, zone: str = "a") -> Fetched:
 
 
 async def test_the_runner_hands_over_changes_debounced_and_exports_its_series() -> None:
-    config = TargetGroupConfig.model_validate(
-        {**group(), "labels": ["zone"], "remove_after_seconds": 0}
-    )
+    config = {**group(), "labels": ["zone"], "remove_after_seconds": 0}
     failed = Fetched(None, (Fault(Reason.TIMEOUT, "no answer"),))
     source = Scripted(found(8000), failed, found(8000, 8001), found(8001))
-    applied: list[list[str]] = []
+    fleet = Recording()
+    applied = fleet.applied
     now = [0.0]
-    static = TargetConfig.model_validate(STATIC)
     discovery = Discovery(
-        [static], [config], lambda d: applied.append(sorted(d)),
+        settings_of(config), fleet,
         sources=lambda _: source, clock=lambda: now[0], wall=lambda: 1000 + now[0],
         debounce_seconds=0.05,
     )  # fmt: skip
@@ -279,6 +285,7 @@ async def test_the_runner_hands_over_changes_debounced_and_exports_its_series() 
     await discovery.refresh(group_state)  # removes 8000 (remove_after_seconds: 0)
     await asyncio.sleep(0.2)
     assert applied == [["g/127.0.0.1:8000", "local"], ["g/127.0.0.1:8001", "local"]]
+    assert fleet.whole == [["g/127.0.0.1:8000"], ["g/127.0.0.1:8001"]]  # its load whole here
     sample = registry.get_sample_value
     info = {"target": "g/127.0.0.1:8001", "group": "g", "address": "127.0.0.1:8001"}
     assert sample("llmprober_target_info", {**info, "zone": "a"}) == 1
@@ -294,15 +301,73 @@ STATIC_INFO = {"target": "local", "group": "", "address": "127.0.0.1:1"}
 
 
 async def test_a_source_down_at_start_starts_without_it() -> None:
-    config = TargetGroupConfig.model_validate(group())
     source = Scripted(Fetched(None, (Fault(Reason.DNS, "llm.test: SERVFAIL"),)))
-    applied: list[list[str]] = []
-    discovery = Discovery(
-        [TargetConfig.model_validate(STATIC)], [config], lambda d: applied.append(sorted(d)),
-        sources=lambda _: source,
-    )  # fmt: skip
+    fleet = Recording()
+    discovery = Discovery(settings_of(group()), fleet, sources=lambda _: source)
     await discovery.start()
     await discovery.stop()
-    assert applied == [["local"]]
+    assert fleet.applied == [["local"]]
     assert sorted(discovery.desired_set()) == ["local"]
     assert Settings.model_validate({"target_groups": [group()]}).targets == []
+
+
+async def test_a_reload_is_composed_with_the_discovered_targets() -> None:
+    """The reloader hands discovery the new settings: static ∪ discovered is applied, a changed
+    source keeps the group's last good list until it answers, a removed group's targets leave,
+    and a reload the fleet refuses changes nothing."""
+    made: list[Scripted] = []
+    answers = [found(8000), Fetched(None, (Fault(Reason.DNS, "SERVFAIL"),)), found(8001)]
+
+    def source(_: TargetGroupConfig) -> Scripted:
+        made.append(Scripted(answers.pop(0)))
+        return made[-1]
+
+    fleet = Recording()
+    other = {**STATIC, "name": "other"}
+    discovery = Discovery(settings_of(group()), fleet, sources=source, debounce_seconds=60)
+    await discovery.start()
+    try:
+        await discovery.reconfigure(settings_of(group(), targets=[STATIC, other], static=False))
+        moved = {**group(), "dns": {"name": "moved.test", "type": "A", "port": 8000}}
+        await discovery.reconfigure(settings_of(moved, targets=[STATIC, other], static=False))
+        assert made[0].closed
+        assert not made[1].closed
+        kept = ["g/127.0.0.1:8000", "local", "other"]
+        assert fleet.applied == [["g/127.0.0.1:8000", "local"], kept, kept]
+
+        async def refuse(*_: Any, **__: Any) -> Applied:
+            raise ConfigError(["targets[1].tls.ca_file: cannot read it"])
+
+        fleet.apply = refuse  # type: ignore[method-assign]
+        with pytest.raises(ConfigError):
+            await discovery.reconfigure(settings_of(moved, {**group(), "group": "h"}))
+        assert sorted(discovery.desired_set()) == kept
+        assert made[2].closed
+        del fleet.apply
+        await discovery.reconfigure(settings_of())
+        assert fleet.applied[-1] == ["local"]
+        assert made[1].closed
+    finally:
+        await discovery.stop()
+
+
+async def test_each_shard_builds_only_the_discovered_targets_it_owns() -> None:
+    """Three shards of one group's 60 addresses: every target on exactly one, none built on
+    the others; the static target on every shard (its load shared), its info on its owner."""
+    ports = range(9000, 9060)
+    held: list[set[str]] = []
+    for index in range(3):
+        fleet = Recording()
+        shard = {"index": index, "count": 3}
+        discovery = Discovery(
+            settings_of(group(), shard=shard), fleet, sources=lambda _: Scripted(found(*ports))
+        )
+        await discovery.start()
+        await discovery.stop()
+        held.append(set(fleet.whole[0]))
+        assert set(fleet.applied[0]) == held[-1] | {"local"}
+        built = discovery._groups[0].state._built
+        assert set(built) == {name.removeprefix("g/") for name in held[-1]}
+    assert sum(len(h) for h in held) == len(ports)
+    assert set().union(*held) == {f"g/127.0.0.1:{p}" for p in ports}
+    assert all(held)
