@@ -202,8 +202,11 @@ ANSWER_CHECKS = _request_counter(
     "check", "result",
 )  # fmt: skip
 TOKENS = _request_counter(
-    "llmprober_tokens_total", "Tokens by kind (output includes reasoning).", "kind"
-)
+    "llmprober_tokens_total",
+    "Tokens by kind (output includes reasoning; prompt_cached: prompt tokens the engine's"
+    " prefix cache served, where it says).",
+    "kind",
+)  # fmt: skip
 
 # --- per target: the last probe and the configuration ---------------------------------------
 PROBE_SUCCESS = _target(
@@ -280,9 +283,31 @@ SATURATION = MetricSpec(
     "Busy slots / slots below saturation, 1 + waiting / slots above it.",
     (*TARGET_LABELS, "source"),
 )  # fmt: skip
+ENGINE_STATE = MetricSpec(
+    "llmprober_engine_state", Kind.GAUGE,
+    "The engine's state over the target's stall_seconds, one-hot: ok, busy (tokens flow,"
+    " over the SLO or saturated), stalled (requests wait, no token comes), down (no"
+    " connection, or only connect errors and 5xx).",
+    (*TARGET_LABELS, "state"),
+)  # fmt: skip
 SERVER_KV_CACHE_USAGE = _target(
     "llmprober_server_kv_cache_usage_ratio", Kind.GAUGE,
     "KV-cache usage reported by the server (0..1).",
+)  # fmt: skip
+
+# --- the cache probe (`cache_probe:`): one prefix sent twice, a miss then a hit -------------
+CACHE_PROBE_TTFT = MetricSpec(
+    "llmprober_cache_probe_ttft_seconds", Kind.HISTOGRAM,
+    "TTFT of the cache probe's two requests: miss (a fresh prefix, which warms the cache)"
+    " and hit (the same prefix again).",
+    (*TARGET_LABELS, "result"), TTFT_BUCKETS,
+)  # fmt: skip
+CACHE_PROBE = MetricSpec(
+    "llmprober_cache_probe_total", Kind.COUNTER,
+    "Cache probe requests that succeeded, by result (miss, hit) and whether the engine"
+    " confirmed at least half the prefix cached (true, false; unknown: it reports no cached"
+    " tokens).",
+    (*TARGET_LABELS, "result", "confirmed"),
 )  # fmt: skip
 
 # --- the daemon's own paths: which one is live (request/wire.py, exposition.py) -----------
@@ -346,8 +371,8 @@ SPECS: tuple[MetricSpec, ...] = (
     PROBE_SUCCESS, LAST_PROBE, PROBE_INTERVAL, SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_TTFO,
     PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, SERVER_SCRAPE_ERRORS,
     QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, QUEUE_DRAIN_RATE, QUEUE_DRAIN_BASIS,
-    ENGINE_SLOTS, SATURATION,
-    SERVER_KV_CACHE_USAGE, STAMPING_INFO, EXPOSITION_FALLBACK,
+    ENGINE_SLOTS, SATURATION, ENGINE_STATE,
+    SERVER_KV_CACHE_USAGE, CACHE_PROBE_TTFT, CACHE_PROBE, STAMPING_INFO, EXPOSITION_FALLBACK,
     RELOAD_SUCCESSFUL, RELOAD_SUCCESS_TIME,
     TARGET_INFO, DISCOVERY_TARGETS, DISCOVERY_ERRORS, DISCOVERY_LAST_REFRESH,
 )  # fmt: skip

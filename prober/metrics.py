@@ -109,6 +109,8 @@ class Metrics:
         self.load_dropped = counter(specs.LOAD_DROPPED, registry)
         self.server_scrape_errors = counter(specs.SERVER_SCRAPE_ERRORS, registry)
         self.queue_wait = histogram(specs.QUEUE_WAIT, registry)
+        self.cache_probe_ttft = histogram(specs.CACHE_PROBE_TTFT, registry)
+        self.cache_probe = counter(specs.CACHE_PROBE, registry)
         # Every label child made, by (metric, label values), and their keys by target; see
         # `child` and `forget`.
         self._children: dict[tuple[_Metric, tuple[str, ...]], _Metric] = {}
@@ -158,6 +160,7 @@ class Metrics:
             child(self.dispatch_lag, key).observe(lag)
         for kind, count in (
             ("prompt", result.prompt_tokens),
+            ("prompt_cached", result.cached_tokens),
             ("output", result.output_tokens),
             ("reasoning", result.reasoning_tokens),
         ):

@@ -14,6 +14,10 @@ Every result, whichever path produced it, goes through `Recorder.record(target, 
 
 A request cut short (shutdown, a stopped load) is recorded too, as `cancelled` builds it.
 
+`record_cache_probe` records the cache probe's pair (`cache_probe:`): the TTFT of its miss and
+its hit apart, whether the engine confirmed the prefix cached, and one log line; its results
+reach the engine state, never the queue estimate or the request metrics.
+
 This module writes every per-target series: the recorder what a result yields (the queue wait
 the capacity returns included) and what the scheduler and load driver report, and
 `ScrapeRecorder` the engine scrapes that failed, which no result carries.
@@ -21,6 +25,7 @@ the capacity returns included) and what the scheduler and load driver report, an
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -87,6 +92,20 @@ def log_probe(bound: Any, r: RequestResult) -> None:
         bound.warning("probe_failed", error=r.error, http_status=r.http_status, **fields)
 
 
+# `llmprober_cache_probe_total{confirmed}`: the engine said at least half the prefix was
+# cached, said less, or says nothing of its cache.
+CONFIRMED = ("true", "false", "unknown")
+
+
+def confirmed(result: RequestResult, prefix_tokens: int) -> str:
+    """Whether the engine confirmed the cache probe's prefix cached: half of it at least.
+    Not "more than none": llama-server keeps the chat template's first tokens of the last
+    request in its slot, so even a miss reports a few cached."""
+    if result.cached_tokens is None:
+        return "unknown"
+    return "true" if 2 * result.cached_tokens >= prefix_tokens else "false"
+
+
 class ScrapeRecorder:
     """Counts a target's failed engine scrapes for its `TargetCapacity.watch`: a writer apart
     from `Recorder`, since each capacity is built with it before the recorder that holds them."""
@@ -122,6 +141,12 @@ class Recorder:
         """A target's configuration (SLOs, interval) and its probe outcomes at 0, at start."""
         self.metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
         self.metrics.expect_checks(target.labels, target.spec.checks.names)
+        if target.config.cache_probe is not None:
+            labels = target.labels
+            for result in ("miss", "hit"):
+                for confirmed in CONFIRMED:
+                    values = (labels.target, labels.model, result, confirmed)
+                    self.metrics.child(self.metrics.cache_probe, values)
 
     def skipped(self, target: Target) -> None:
         """A probe run not started (its cap still in flight, or missed)."""
@@ -157,6 +182,33 @@ class Recorder:
         cap = self._capacity_of(target)
         if cap is not None:
             self._queue_waits(target, *cap.observe_pair(primary, companion))
+
+    def record_cache_probe(
+        self, target: Target, miss: RequestResult, hit: RequestResult | None
+    ) -> None:
+        """The cache probe's miss and its hit (None: not sent, the miss failed)."""
+        labels, cache = target.labels, target.config.cache_probe
+        prefix = cache.prefix_tokens if cache is not None else 1
+        cap = self._capacity_of(target)
+        fields: dict[str, Any] = {}
+        for name, r in (("miss", miss), ("hit", hit)):
+            if r is None:
+                continue
+            if cap is not None:
+                cap.state.finished(r)
+            fields[f"{name}_outcome"] = r.outcome.value
+            fields[f"{name}_cached_tokens"] = r.cached_tokens
+            ttft = timings.ttft(r) if r.ok else None
+            fields[f"{name}_ttft_seconds"] = ttft
+            if not r.ok:
+                continue
+            key = (labels.target, labels.model, name)
+            if ttft is not None and 0.0 <= ttft < math.inf:
+                self.metrics.child(self.metrics.cache_probe_ttft, key).observe(ttft)
+            self.metrics.child(self.metrics.cache_probe, (*key, confirmed(r, prefix))).inc()
+        bound = log.bind(target=target.name, model=target.config.model)
+        ok = hit is not None and hit.ok
+        (bound.info if ok else bound.warning)("cache_probe", **fields)
 
     def load_stopped(self, target: Target) -> None:
         """A target's background load ended for good (a reload took its `load:` away)."""

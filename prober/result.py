@@ -106,6 +106,9 @@ class RequestResult:
     # Arrival stamp of every token-bearing event, in order: the ITL gaps come from these.
     token_event_ns: tuple[int, ...] = ()
     prompt_tokens: int | None = None
+    # Prompt tokens the engine's prefix cache served (`usage.prompt_tokens_details.
+    # cached_tokens`, llama-server's `timings.cache_n`); None where it did not say.
+    cached_tokens: int | None = None
     output_tokens: int = 0
     reasoning_tokens: int = 0
     token_source: TokenSource = TokenSource.CHUNKS

@@ -16,6 +16,11 @@ within a grace period; the rest are cancelled, counted as `cancelled`, and end q
 job cancelled at shutdown is no error). Every probe, a pair's two and a cancelled one, goes
 through the `Recorder` (metrics, the target's capacity, one log line).
 
+A target with `cache_probe:` has a second job, `NAME#cache` (no target name holds '#'): every
+`cache_probe.interval_seconds` one prompt of a prefix drawn fresh for the run is sent twice,
+a miss that warms the engine's prefix cache and then a hit; both go to
+`Recorder.record_cache_probe`, never to the queue estimate (a cached prefill is no prefill).
+
 Given a live mapping of targets (the daemon's fleet), the set changes while it runs: `add` a
 target (its warm-up first), `reschedule` one whose interval, jitter or cap changed, `remove`
 one (its probes in flight get the grace, as at shutdown, then are cancelled and counted).
@@ -44,6 +49,7 @@ from apscheduler.events import (
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from prober.logs import get_logger
+from prober.prompts import PromptBuilder, SharedPrefix
 from prober.record import Mode, Recorder, cancelled
 from prober.result import RequestResult
 from prober.targets import Target
@@ -51,6 +57,10 @@ from prober.targets import Target
 log = get_logger("prober.schedule")
 
 _COMPANION_AT = 0.4  # of the first probe's expected decode: gaps on both sides of the join
+CACHE_JOB = "#cache"  # a target's cache-probe job is its name and this
+# Words in the cache probe's one block: the most a prompt of its prefix can hold (a prompt
+# never has more than four words per requested token, `prompts.MIN_TOKENS_PER_WORD`).
+_CACHE_BLOCK_WORDS_PER_TOKEN = 4
 
 
 class _SkipNotices(logging.Filter):
@@ -99,6 +109,7 @@ class ProbeScheduler:
         self._stopping: set[asyncio.Task[Any]] = set()  # cancelled by `remove`: end quietly
         self._draining = False
         self.probed: set[str] = set()
+        self._cache_prompts: dict[str, PromptBuilder] = {}  # calibrated on the cache probe
 
     @property
     def ready(self) -> bool:
@@ -127,6 +138,26 @@ class ProbeScheduler:
             misfire_grace_time=max(1, int(cfg.interval_seconds)),
             replace_existing=True,
         )
+        self._add_cache_job(target)
+
+    def _add_cache_job(self, target: Target) -> None:
+        """The cache probe's job, as `target.config.cache_probe` says (none: none)."""
+        job = target.name + CACHE_JOB
+        if self._scheduler.get_job(job) is not None:
+            self._scheduler.remove_job(job)
+        cache = target.config.cache_probe
+        if cache is None:
+            return
+        self._scheduler.add_job(
+            self._cache_job,
+            "interval",
+            args=(target.name,),
+            id=job,
+            seconds=cache.interval_seconds,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, int(cache.interval_seconds)),
+        )
 
     def reschedule(self, target: Target) -> None:
         """`target`'s interval, jitter and cap as its config now says; the next run one
@@ -144,12 +175,15 @@ class ProbeScheduler:
             seconds=cfg.interval_seconds,
             jitter=cfg.jitter_seconds or None,
         )
+        self._add_cache_job(target)
 
     def remove(self, name: str) -> set[asyncio.Task[Any]]:
         """Stop probing `name`: no new run from now, and added again it warms up again.
         Returns its probes in flight, for `finish`."""
-        if self._scheduler.get_job(name) is not None:
-            self._scheduler.remove_job(name)
+        for job in (name, name + CACHE_JOB):
+            if self._scheduler.get_job(job) is not None:
+                self._scheduler.remove_job(job)
+        self._cache_prompts.pop(name, None)
         for noted in (self._warmed, self.probed, self._skip_noted):
             noted.discard(name)
         self._fire_ns.pop(name, None)
@@ -216,10 +250,8 @@ class ProbeScheduler:
                 return  # our shutdown or removal: no error (apscheduler would log a traceback)
             raise
 
-    async def _probe(self, name: str) -> None:
-        target = self._targets.get(name)
-        if target is None:
-            return  # a run submitted just before its target was removed
+    def _track(self, name: str) -> None:
+        """The running task is one of `name`'s: drained with it, and at shutdown."""
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
@@ -227,6 +259,44 @@ class ProbeScheduler:
         mine = self._by_target.setdefault(name, set())
         mine.add(task)
         task.add_done_callback(mine.discard)
+
+    async def _cache_job(self, name: str) -> None:
+        """The cache probe's job: a miss, then a hit on the same prefix."""
+        try:
+            await self._cache_probe(name)
+        except asyncio.CancelledError:
+            if self._draining or asyncio.current_task() in self._stopping:
+                return
+            raise
+
+    async def _cache_probe(self, name: str) -> None:
+        target = self._targets.get(name)
+        cache = None if target is None else target.config.cache_probe
+        if target is None or cache is None:
+            return
+        self._track(name)
+        t_sched_ns = self._fire_ns.pop(name + CACHE_JOB, time.perf_counter_ns())
+        builder = self._cache_prompts.setdefault(name, PromptBuilder())
+        # A prefix of its own each run, so the first request finds nothing cached.
+        words = _CACHE_BLOCK_WORDS_PER_TOKEN * cache.prefix_tokens
+        prefix = SharedPrefix((self._rng.getrandbits(63),), words)
+        session = self._sessions[name]
+
+        async def send(t_ns: int) -> RequestResult:
+            return await target.send(
+                session, t_ns, prompt_tokens=cache.prefix_tokens, max_tokens=1,
+                prompts=builder, prefix=prefix, probe=False,
+            )  # fmt: skip
+
+        miss = await send(t_sched_ns)
+        hit = await send(time.perf_counter_ns()) if miss.ok else None
+        self._recorder.record_cache_probe(target, miss, hit)
+
+    async def _probe(self, name: str) -> None:
+        target = self._targets.get(name)
+        if target is None:
+            return  # a run submitted just before its target was removed
+        self._track(name)
         t_sched_ns = self._fire_ns.pop(name, time.perf_counter_ns())
         if name not in self._warmed:
             await self._warm_up(target)

@@ -8,13 +8,15 @@ builder's calibration, warnings logged once). `Target.from_config`, the one way 
 registered) and the CA file loaded. `Target.send()` is the one way the daemon, the load
 driver and bench send a request: it builds a calibrated prompt, calls
 `request.stream_request`, and feeds the server's prompt token count back into the prompt
-builder.
+builder. Every request it sends is opened and closed on the target's `activity`, where each
+stream stamps its tokens as they arrive (the engine state reads it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ssl
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -26,6 +28,7 @@ from prober.logs import get_logger
 from prober.metrics import Labels
 from prober.prompts import PromptBuilder, SharedPrefix
 from prober.request import RequestSpec, Timeouts, stream_request
+from prober.request.activity import StreamActivity
 from prober.result import RequestResult
 from prober.settings import TargetConfig
 from prober.timings import Slo
@@ -89,6 +92,7 @@ class Target:
         self.spec = spec
         self.prompts = PromptBuilder(cache_bust=spec.config.cache_bust)
         self.fallback_noted = False  # the first count from events instead of usage was logged
+        self.activity = StreamActivity()  # its streams now: open requests, the last token
 
     @classmethod
     def from_config(cls, cfg: TargetConfig, *, keep_text: bool = False) -> Target:
@@ -161,8 +165,13 @@ class Target:
             keep_text=self.spec.keep_text,
             keep_answer=checks.needs_text,
             fresh_connection=self.config.connection == "fresh",
+            activity=self.activity,
         )
-        result = await stream_request(session, spec, t_sched_ns, on_first_token)
+        key = self.activity.begin(time.perf_counter_ns())
+        try:
+            result = await stream_request(session, spec, t_sched_ns, on_first_token)
+        finally:
+            self.activity.end(key)
         if checks.names:
             result = dataclasses.replace(result, checks=evaluate(checks, result))
         if result.token_fallback and not self.fallback_noted:

@@ -7,10 +7,14 @@ concurrent scrapes and made off the loop, `scrapes.py`; figures in docs/performa
 pattern; only configured names are accepted, so it cannot be turned into a proxy),
 `POST /-/reload` (the configuration read again and applied, `fleet/reload.py`: 200 with what
 changed, 400 with the one line `check-config` would print, and nothing applied),
-`/-/healthy`, `/-/ready` and a landing page. With `server.web_config_file`, basic auth guards
-every route but the two health checks, and `WEB.ssl_context` serves them over TLS
-(`webconfig.py`); a reload swaps both. The targets live in the `FLEET` (`fleet/`): each
-target's session, capacity, load and probe job belong to its name and change with a reload.
+`/-/engine?target=NAME` (the engine's state, `capacity/state.py`: 200 for ok and busy, 503 for
+stalled and down, the reason in one line: a liveness check for the engine, which never fails
+for a full engine), `/-/healthy`, `/-/ready` and a landing page. With
+`server.web_config_file`, basic auth guards every route but the two health checks (`/-/engine`
+too: its answers name targets; a kubelet sends the header, docs/design.md §12), and
+`WEB.ssl_context` serves them over TLS (`webconfig.py`); a reload swaps both. The targets live
+in the `FLEET` (`fleet/`): each target's session, capacity, load and probe job belong to its
+name and change with a reload.
 `DISCOVERY` (`discovery/`) is the one composer of the set the fleet runs: the static targets
 and the discovered ones, at start, at each answer of a source and at each reload (the
 `RELOADER` hands it the new configuration); its series are a collector on the registry. The
@@ -100,6 +104,7 @@ def build_app(
     app.router.add_get("/metrics", metrics_handler(app[METRICS].registry))
     app.router.add_get("/probe", _probe_now)
     app.router.add_post("/-/reload", _reload)
+    app.router.add_get("/-/engine", _engine)
     app.router.add_get("/-/healthy", _healthy)
     app.router.add_get("/-/ready", _ready)
     app.router.add_get("/", _landing)
@@ -195,6 +200,21 @@ async def _reload(request: web.Request) -> web.Response:
     """`POST /-/reload`: 200 and what changed, or 400 and why nothing did."""
     reloaded = await request.app[RELOADER].reload("http")
     return web.Response(status=200 if reloaded.ok else 400, text=reloaded.message + "\n")
+
+
+async def _engine(request: web.Request) -> web.Response:
+    """`/-/engine?target=`: 200 while the engine serves (ok, busy), 503 when it is stalled or
+    down; the body says why in one line. A target this replica does not watch (another
+    shard probes it, and it has no load here) answers 200: nothing says it failed."""
+    name = request.query.get("target", "")
+    fleet = request.app[FLEET]
+    if name not in fleet.members:
+        raise web.HTTPNotFound(text=unknown_target(name, fleet.members) + "\n")
+    cap = fleet.capacity.get(name)
+    if cap is None:
+        return web.Response(text=f"unknown: {name} is not probed by this replica\n")
+    verdict = cap.engine_state()
+    return web.Response(status=200 if verdict.serving else 503, text=verdict.reason + "\n")
 
 
 async def _healthy(_: web.Request) -> web.Response:

@@ -18,6 +18,16 @@ present wins where several are listed):
   `sglang:num_requests_total`.
 - TGI: `tgi_queue_size` / `tgi_batch_current_size` / none exported / `tgi_request_success`.
 
+A counter that moves while the engine generates (`progress_total`: the engine state reads its
+movement, `capacity/state.py`), the first name present:
+
+- vLLM: `vllm:generation_tokens_total` (added at every engine step).
+- llama.cpp: `llamacpp:n_decode_total` (decode calls, one per engine step), else
+  `llamacpp:tokens_predicted_total` (added only when a request ends).
+- SGLang: `sglang:generation_tokens_total`.
+- TGI: `tgi_batch_inference_count` (prefill and decode calls), else
+  `tgi_request_generated_tokens_sum` (added when a request ends).
+
 Finished requests / their prompt tokens / their output tokens (`TokenTotals`; the first
 source whose three names are all present wins, so a count and its tokens always come from one
 source):
@@ -115,6 +125,7 @@ class ServerSnapshot:
     kv_usage_ratio: float | None
     completed_total: float | None
     lengths: TokenTotals | None = None
+    progress_total: float | None = None  # moves while the engine generates (module docstring)
     rejected: tuple[str, ...] = ()  # quantities that lost a sample to the range check
 
 
@@ -138,6 +149,7 @@ class _Spec:
     completed: tuple[str, ...]
     # (finished requests, their prompt tokens, their output tokens), sources best first
     lengths: tuple[tuple[str, str, str], ...] = ()
+    progress: tuple[str, ...] = ()  # a counter that moves while it generates
 
 
 _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
@@ -148,6 +160,7 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("vllm:num_requests_running",),
             kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
             completed=("vllm:request_success_total",),
+            progress=("vllm:generation_tokens_total",),
             lengths=(
                 (
                     "vllm:request_prompt_tokens_count",
@@ -167,6 +180,7 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("sglang:num_running_reqs",),
             kv_usage=("sglang:token_usage",),
             completed=("sglang:num_requests_total",),
+            progress=("sglang:generation_tokens_total",),
             lengths=(
                 (
                     "sglang:num_requests_total",
@@ -181,6 +195,7 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("llamacpp:requests_processing",),
             kv_usage=("llamacpp:kv_cache_usage_ratio",),
             completed=(),
+            progress=("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total"),
         ),
         Engine.tgi: _Spec(
             prefix="tgi_",
@@ -188,6 +203,7 @@ _SPECS: Mapping[Engine, _Spec] = MappingProxyType(
             running=("tgi_batch_current_size",),
             kv_usage=(),
             completed=("tgi_request_success",),
+            progress=("tgi_batch_inference_count", "tgi_request_generated_tokens_sum"),
             lengths=(
                 (
                     "tgi_request_input_length_count",
@@ -306,6 +322,7 @@ def _snapshot(index: SampleIndex, engine: Engine) -> ServerSnapshot:
         kv_usage_ratio=check.maximum("kv_usage", spec.kv_usage, 1.0),
         completed_total=check.summed("completed", spec.completed, MAX_TOTAL),
         lengths=_lengths(check, spec.lengths),
+        progress_total=check.summed("progress", spec.progress, MAX_TOTAL),
         rejected=tuple(dict.fromkeys(check.rejected)),
     )
 

@@ -6,6 +6,10 @@ scrape is handed to its `ScrapeRecord` and never stops probing), and `CapacityCo
 exports both at scrape time, the estimate always and the server truth beside it
 (`source="server"`) where the engine reports one.
 
+Each target's engine state (`state.EngineWatch`: ok, busy, stalled, down) is fed here too: the
+finished requests with their queue waits, and the engine's progress counter at each scrape;
+it is judged at scrape time, with the saturation this module computes.
+
 It also says what shape the engine's other requests have (`TargetCapacity.traffic`), which the
 probes-alone estimate needs for a waiting depth: the operator's `traffic:`, else the mean the
 engine's request and token counters give, else nobody's, and then the depth is withheld and
@@ -29,6 +33,7 @@ from prober.capacity.inflight import ProbesInFlight
 from prober.capacity.own import Estimate, OwnLoad, QueueEstimator
 from prober.capacity.probes import ForeignEstimator, Shape, Traffic
 from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, TokenTotals, scrape
+from prober.capacity.state import EngineState, EngineWatch, StateVerdict
 from prober.kinds import Basis, Drain
 from prober.logs import get_logger
 from prober.metric_specs import gauge_family
@@ -104,12 +109,16 @@ class TargetCapacity:
         self._own: deque[tuple[float, int, int]] = deque(maxlen=_OWN_KEPT)
         self._engine_shape: Shape | None = None
         self._shape_noted = False
+        self.state = EngineWatch(target.activity)
+        self._estimate_failed = False
 
     def observe(self, result: RequestResult, *, probe: bool = False) -> float | None:
         """A finished load request or probe (a probe's result also feeds the probes-alone
         path); returns its queue wait, None where it had no token."""
         self._count_own(result)
-        return self.estimator.observe(result, probe=probe)
+        wait = self.estimator.observe(result, probe=probe)
+        self.state.finished(result, wait)
+        return wait
 
     def observe_pair(
         self, primary: RequestResult, companion: RequestResult
@@ -117,7 +126,10 @@ class TargetCapacity:
         """A probe and its companion (see `QueueEstimator.observe_pair`); both queue waits."""
         self._count_own(primary)
         self._count_own(companion)
-        return self.estimator.observe_pair(primary, companion)
+        waits = self.estimator.observe_pair(primary, companion)
+        self.state.finished(primary, waits[0])
+        self.state.finished(companion, waits[1])
+        return waits
 
     def traffic(self) -> Traffic:
         """The shape of the engine's other requests: the operator's word first (a statement
@@ -178,6 +190,7 @@ class TargetCapacity:
                 snap = await scrape(session, cfg.metrics_url, engine, cfg.timeouts.connect_seconds)
             except ServerMetricsError as exc:
                 self.snapshot = None
+                self.state.counter(None)
                 self._scrapes.scrape_failed(self.target)
                 bound.warning("server_scrape_failed", error=str(exc))
             else:
@@ -188,8 +201,40 @@ class TargetCapacity:
         """Slots as the server shows them: the most requests it ran while others waited."""
         return self._server_full or None
 
+    def estimate(self) -> Estimate:
+        """The estimate now; a fault in it costs this target its figures for this scrape,
+        never the whole of /metrics (logged once)."""
+        try:
+            return self.estimator.estimate()
+        except Exception:
+            if not self._estimate_failed:
+                self._estimate_failed = True
+                log.exception("queue_estimate_failed", target=self.target.name)
+            return Estimate(None, None, None)
+
+    def engine_state(self, est: Estimate | None = None) -> StateVerdict:
+        """The engine's state now (`state.EngineWatch.judge`), with the saturation of the
+        engine's figures where scraped, else of the estimate `est` (made here when None)."""
+        if est is None:
+            est = self.estimate()
+        cfg = self.target.config
+        sat = self.server_saturation(est)
+        if sat is None:
+            sat = _estimated_saturation(est)
+        return self.state.judge(cfg.stall_window_seconds, self.target.slo.ttft_seconds, sat)
+
+    def server_saturation(self, est: Estimate) -> float | None:
+        """(running + waiting) / slots from the engine's own figures, where it reports them.
+        The slots: the hint first, since the estimate's exist only once it has a basis."""
+        snap = self.snapshot
+        if snap is None:
+            return None
+        slots = self.target.config.slots or est.slots or self.server_slots()
+        return saturation(snap.waiting, snap.running, slots)
+
     def _keep(self, snap: ServerSnapshot, at: float) -> None:
         self.snapshot = snap
+        self.state.counter(snap.progress_total)
         if snap.waiting and snap.running:
             self._server_full = max(self._server_full, round(snap.running))
         if snap.completed_total is not None:
@@ -282,18 +327,6 @@ class CapacityCollector(Collector):
     def __init__(self, capacities: Collection[TargetCapacity]) -> None:
         # Kept as given, read at each scrape: the daemon's is a live view of its fleet.
         self._capacities = capacities
-        self._failed: set[str] = set()
-
-    def _estimate(self, cap: TargetCapacity) -> Estimate:
-        """The target's estimate; a fault in it costs that target its figures for this scrape,
-        never the whole of /metrics (logged once per target)."""
-        try:
-            return cap.estimator.estimate()
-        except Exception:
-            if cap.target.name not in self._failed:
-                self._failed.add(cap.target.name)
-                log.exception("queue_estimate_failed", target=cap.target.name)
-            return Estimate(None, None, None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = gauge_family(specs.QUEUE_DEPTH)
@@ -303,9 +336,13 @@ class CapacityCollector(Collector):
         slots = gauge_family(specs.ENGINE_SLOTS)
         sat = gauge_family(specs.SATURATION)
         kv = gauge_family(specs.SERVER_KV_CACHE_USAGE)
+        engine = gauge_family(specs.ENGINE_STATE)
         for cap in self._capacities:
             key = [cap.target.labels.target, cap.target.labels.model]
-            est = self._estimate(cap)
+            est = cap.estimate()
+            now = cap.engine_state(est).state
+            for s in EngineState:
+                engine.add_metric([*key, s.value], 1.0 if s is now else 0.0)
             for state, value in (("waiting", est.waiting), ("running", est.running)):
                 if value is not None:
                     depth.add_metric([*key, "estimate", state], value)
@@ -326,10 +363,8 @@ class CapacityCollector(Collector):
             for state, value in (("waiting", snap.waiting), ("running", snap.running)):
                 if value is not None:
                     depth.add_metric([*key, "server", state], value)
-            # The hint first: the estimate's slots exist only once it has a basis of its own.
-            server_slots = cap.target.config.slots or est.slots or cap.server_slots()
-            if (value := saturation(snap.waiting, snap.running, server_slots)) is not None:
+            if (value := cap.server_saturation(est)) is not None:
                 sat.add_metric([*key, "server"], value)
             if snap.kv_usage_ratio is not None:
                 kv.add_metric(key, snap.kv_usage_ratio)
-        yield from (depth, basis, drain, drain_basis, slots, sat, kv)
+        yield from (depth, basis, drain, drain_basis, slots, sat, kv, engine)

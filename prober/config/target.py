@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from prober.config.cacheprobe import CacheProbeConfig
 from prober.config.expect import ExpectConfig
 from prober.config.secrets import register_secrets
 from prober.config.urls import check_url
@@ -156,6 +157,12 @@ class TargetConfig(_Strict):
     pair_share: Annotated[float, Field(ge=0, le=1)] = 0.5
     # Probes of this target in flight at once; a run due beyond it is skipped and counted.
     probes_in_flight: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    # The engine state's window (docs/design.md §12): no token for this long while a request
+    # waits is a stall. Unset: `stall_window_seconds`, long enough that a full engine is not
+    # called stalled.
+    stall_seconds: PositiveSeconds | None = None
+    # A prefix sent twice every `interval_seconds`, a miss then a hit: the prefix cache's gain.
+    cache_probe: CacheProbeConfig | None = None
     _api_key: str | None = PrivateAttr(default=None)
     _secrets_read: bool = PrivateAttr(default=False)
 
@@ -170,6 +177,15 @@ class TargetConfig(_Strict):
             self._api_key = register_secrets(self)
             self._secrets_read = True
         return self._api_key
+
+    @property
+    def stall_window_seconds(self) -> float:
+        """`stall_seconds`, else the first-token timeout plus two intervals: a probe that
+        waits in a full engine's queue gets its first token (or times out) within the first,
+        and the next probe comes within an interval, its jitter within the second."""
+        if self.stall_seconds is not None:
+            return self.stall_seconds
+        return self.timeouts.first_token_seconds + 2 * self.interval_seconds
 
     @property
     def key_prefix(self) -> str:

@@ -59,9 +59,11 @@ RESETS: Mapping[str, Effect] = {
     "interval_seconds": Effect.SCHEDULE,
     "jitter_seconds": Effect.SCHEDULE,
     "probes_in_flight": Effect.SCHEDULE,
+    "cache_probe": Effect.SCHEDULE,  # its job, by the same schedule
     "slo": Effect.DESCRIBE,
     "timeouts": Effect.SPEC,
     "pair_share": Effect.SPEC,
+    "stall_seconds": Effect.SPEC,  # read at each judgement of the engine's state
     "warmup": Effect.SPEC,  # a target warms up when it starts; a running one has
     "expect": Effect.SPEC,  # the answer checks: the next result is judged by them
 }

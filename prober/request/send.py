@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 
 from prober.kinds import Api
 from prober.logs import printable_line, safe_line
+from prober.request.activity import StreamActivity
 from prober.request.body import BodyReader, stream_bounds
 from prober.request.exchange import ExchangeMeter, ResponseTooLarge, bounded
 from prober.request.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
@@ -85,6 +86,8 @@ class RequestSpec:
     keep_answer: bool = False
     # Open a connection of its own instead of a pooled one (what a new user meets).
     fresh_connection: bool = False
+    # The target's live view of its streams: each token event is stamped on it as it arrives.
+    activity: StreamActivity | None = field(default=None, compare=False)
 
 
 def endpoint(base_url: str, api: Api) -> str:
@@ -264,6 +267,7 @@ class _Exchange:
             text_limit=None
             if spec.keep_text or not spec.keep_answer
             else answer_chars(spec.max_tokens),
+            activity=spec.activity,
         )
         self.phase = Phase.CONNECT  # FIRST_TOKEN once a response came; `body` says the rest
         self.body: BodyReader | None = None

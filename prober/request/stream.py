@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from prober.logs import redact, safe_line
+from prober.request.activity import StreamActivity
 from prober.request.jsonparse import loads
 from prober.request.sse import LineSplitter, SSEParser, StreamError
 from prober.result import (
@@ -136,8 +137,10 @@ class StreamState:
         on_first_token: Callable[[], None] | None = None,
         event_limit: int | None = None,
         text_limit: int | None = None,
+        activity: StreamActivity | None = None,
     ) -> None:
         self.request_id = request_id
+        self.activity = activity  # the target's: each token event stamped there too
         self.event_limit = event_limit
         self.events = 0
         self.t_done_ns: int | None = None  # the read that carried [DONE] / done:true
@@ -161,6 +164,7 @@ class StreamState:
         self.usage_prompt: int | None = None
         self.usage_completion: int | None = None
         self.usage_reasoning: int | None = None
+        self.usage_cached: int | None = None  # prompt tokens the engine's prefix cache served
         self.server_prefill: float | None = None
         self.server_decode_per_token: float | None = None
         self.response_id: str | None = None  # None until the first event was looked at
@@ -287,6 +291,8 @@ class StreamState:
         if not self.multi_word:
             self.multi_word = _multi_word(content if has_content else reasoning)
         self.token_event_ns.append(t_ns)
+        if self.activity is not None:
+            self.activity.token(t_ns)
         if has_content and self.text_limit:
             room = self.text_limit - self._text_chars
             if len(content) > room:
@@ -304,6 +310,9 @@ class StreamState:
         details = usage.get("completion_tokens_details")
         if isinstance(details, dict):
             self.usage_reasoning = _int(details.get("reasoning_tokens"))
+        prompt_details = usage.get("prompt_tokens_details")  # OpenAI's, vLLM's, llama-server's
+        if isinstance(prompt_details, dict):
+            self.usage_cached = _int(prompt_details.get("cached_tokens"))
 
     def _llama_timings(self, timings: Any) -> None:
         if not isinstance(timings, dict):
@@ -316,6 +325,8 @@ class StreamState:
             self.server_decode_per_token = per_token
         if self.usage_prompt is None:
             self.usage_prompt = _int(timings.get("prompt_n"))
+        if self.usage_cached is None:  # llama-server: the prompt tokens its slot's cache held
+            self.usage_cached = _int(timings.get("cache_n"))
 
     # -- concluding ------------------------------------------------------------------------
 
@@ -365,6 +376,7 @@ class StreamState:
             t_last_token_ns=self.token_event_ns[-1] if self.token_event_ns else None,
             token_event_ns=tuple(self.token_event_ns),
             prompt_tokens=self.usage_prompt,
+            cached_tokens=self._cached(),
             output_tokens=output or 0,
             reasoning_tokens=reasoning,
             token_source=TokenSource.USAGE if from_usage else TokenSource.CHUNKS,
@@ -385,6 +397,11 @@ class StreamState:
             retry_after_seconds=connection.retry_after_seconds,
             response_bytes=connection.response_bytes,
         )
+
+    def _cached(self) -> int | None:
+        """The cached prompt tokens, where no more than the prompt the server counted."""
+        cached, prompt = self.usage_cached, self.usage_prompt
+        return cached if cached is None or prompt is None or cached <= prompt else None
 
     def _fallback_cause(self) -> str:
         """Why the counted events stand in for the server's count."""

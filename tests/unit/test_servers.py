@@ -41,14 +41,17 @@ def fixture_text(name: str) -> str:
 # Each fixture's header comment states the same expectations, so a reader can check both.
 EXPECTED = {
     "vllm": ServerSnapshot(
-        Engine.vllm, 5.0, 3.0, 0.006595822645657723, 11.0, TokenTotals(11.0, 426.0, 132.0)
+        Engine.vllm, 5.0, 3.0, 0.006595822645657723, 11.0, TokenTotals(11.0, 426.0, 132.0),
+        progress_total=154.0,
     ),
-    "llamacpp": ServerSnapshot(Engine.llamacpp, 7.0, 4.0, None, None),
+    "llamacpp": ServerSnapshot(Engine.llamacpp, 7.0, 4.0, None, None, progress_total=349.0),
     "sglang": ServerSnapshot(
-        Engine.sglang, 5.0, 12.0, 0.63, 3517.0, TokenTotals(3517.0, 7.41416e6, 1.837764e6)
+        Engine.sglang, 5.0, 12.0, 0.63, 3517.0, TokenTotals(3517.0, 7.41416e6, 1.837764e6),
+        progress_total=1.837764e6,
     ),
     "tgi": ServerSnapshot(
-        Engine.tgi, 6.0, 4.0, None, 2178.0, TokenTotals(2178.0, 3239038.0, 1008696.0)
+        Engine.tgi, 6.0, 4.0, None, 2178.0, TokenTotals(2178.0, 3239038.0, 1008696.0),
+        progress_total=97633.0,
     ),
 }
 
@@ -246,13 +249,17 @@ HOSTILE = [
     ("vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc -3\n", "kv_usage"),
     ("vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 1e6\n", "kv_usage"),
     ("vllm:num_requests_waiting 0\nvllm:request_success_total -2\n", "completed"),
+    ("vllm:num_requests_waiting 0\nvllm:generation_tokens_total -7\n", "progress"),
+    ("llamacpp:requests_deferred 0\nllamacpp:n_decode_total 1e300\n", "progress"),
+    ("tgi_queue_size 0\ntgi_batch_inference_count NaN\n", "progress"),
 ]
 
 
 @pytest.mark.parametrize(("text", "quantity"), HOSTILE)
 def test_out_of_range_figures_are_dropped_never_used(text: str, quantity: str) -> None:
     snapshot = parse_metrics(text)
-    field = {"kv_usage": "kv_usage_ratio", "completed": "completed_total"}.get(quantity, quantity)
+    fields = {"kv_usage": "kv_usage_ratio", "completed": "completed_total"}
+    field = {**fields, "progress": "progress_total"}.get(quantity, quantity)
     assert getattr(snapshot, field) is None
     assert snapshot.rejected == (quantity,)
 
@@ -282,6 +289,11 @@ def test_token_totals_with_a_rejected_sample_are_dropped_whole() -> None:
     snapshot = parse_metrics(text)
     assert snapshot.lengths is None
     assert snapshot.rejected == ("lengths",)
+
+
+def test_progress_falls_back_to_the_counter_added_at_a_request_end() -> None:
+    text = "llamacpp:requests_deferred 0\nllamacpp:tokens_predicted_total 960\n"
+    assert parse_metrics(text).progress_total == 960.0
 
 
 def test_missing_quantities_are_none_not_zero() -> None:
