@@ -175,6 +175,12 @@ def knee_lines(knee: dict[str, Any]) -> list[str]:
                 f"  {name}: TTFT rose, but the throughput's gain ({g[0]:+.0%} to {g[1]:+.0%}) "
                 f"does not rule out {KNEE_THROUGHPUT_GAIN:+.0%} or more: too few requests to tell"
             )
+        elif u["reason"] == "throughput_fell":
+            g = u["throughput_gain_ci"]
+            lines.append(
+                f"  {name}: TTFT rose, but throughput fell ({g[0]:+.0%} to {g[1]:+.0%}): "
+                "saturation holds it flat, so the server or the machine slowed down; not a knee"
+            )
         else:
             lines.append(
                 f"  {name}: TTFT rose with flat throughput, but throughput rose again at "

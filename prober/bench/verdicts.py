@@ -9,7 +9,8 @@ levels' own (`ratio_interval`, independent samples), and
   (more load bought less than that, beyond the noise);
 - throughput *rose*: the lower bound is above 1 and the upper bound reaches 1 + the gain (a
   rise the intervals show, and not known to be small);
-- throughput *fell*: the upper bound is below 1;
+- throughput *fell*: the upper bound is below 1 − KNEE_THROUGHPUT_GAIN (a fall of more than
+  that, beyond the noise);
 - TTFT *rose*: the TTFT p50 ratio's lower bound is above 1 and the ratio itself at least
   1 + KNEE_TTFT_RISE;
 - an open-loop level fell *behind* its arrivals: its served throughput's upper bound is
@@ -21,8 +22,10 @@ levels' own (`ratio_interval`, independent samples), and
 Knee: the first level k whose TTFT rose over level k − 1 while throughput stayed flat (or, in
 an open loop, level k fell behind its arrivals), and after which no level's throughput rose
 over k or k − 1 (a rise later means the flat step was the machine's noise, a dip, not
-saturation); k − 1 is the last scaling level. A level without intervals (fewer than
-`MIN_REQUESTS` successful requests) takes no part.
+saturation); k − 1 is the last scaling level. A step where throughput fell is no knee either:
+saturation holds throughput flat, a fall means the server or the machine slowed down (another
+process on its cores; an engine that thrashes, preempting and recomputing). A level without
+intervals (fewer than `MIN_REQUESTS` successful requests) takes no part.
 
 Capacity: the highest level of the unbroken run, from the lowest up, whose goodput ratio is at
 least the threshold (as before intervals), stated with its served throughput and interval,
@@ -106,7 +109,7 @@ def behind(level: Summary) -> bool:
 
 
 def fell(r: Ratio | None) -> bool:
-    return r is not None and r[2] < 1
+    return r is not None and r[2] < 1 - KNEE_THROUGHPUT_GAIN
 
 
 def _gain(r: Ratio) -> dict[str, Any]:
@@ -119,8 +122,9 @@ def knee(levels: Sequence[Summary]) -> dict[str, Any]:
     rule = (
         f"first level whose TTFT p50 rose over the level before (by {KNEE_TTFT_RISE:.0%} or "
         f"more, its interval above 1) while request throughput grew < "
-        f"{KNEE_THROUGHPUT_GAIN:.0%} (the gain's interval below it) or, in an open loop, fell "
-        "behind its arrivals, and no later level's throughput rose over either"
+        f"{KNEE_THROUGHPUT_GAIN:.0%} (the gain's interval below it, not below "
+        f"-{KNEE_THROUGHPUT_GAIN:.0%}) or, in an open loop, fell behind its arrivals, and no "
+        "later level's throughput rose over either"
     )
     out: dict[str, Any] = {"rule": rule, "level": None, "undecided": []}
     for k in range(1, len(levels)):
@@ -128,6 +132,10 @@ def knee(levels: Sequence[Summary]) -> dict[str, Any]:
         latency = ttft_ratio(last, cur)
         gain = throughput_ratio(last, cur)
         if gain is None or latency is None or not latency_rose(latency):
+            continue
+        if fell(gain):
+            out["undecided"].append({"level": cur["level"], "reason": "throughput_fell",
+                                     **_gain(gain)})  # fmt: skip
             continue
         stopped = "flat" if flat(gain) else "behind" if behind(cur) else None
         if stopped is None:

@@ -63,13 +63,15 @@ def test_a_clear_knee_is_found_where_it_is() -> None:
 def test_a_dip_is_not_a_knee() -> None:
     # What a new user saw, on -np 4 -t 1: c=1 1.0 req/s, c=2 slower than c=1 (the machine
     # was busy: everything 2.4x slower), c=4 1.5x c=1 (one thread batches 4 at 2.6x the cost
-    # of one), c=8 the same: the queue. c=2 has flat throughput and a higher TTFT, but c=4
-    # rose again: no knee at c=2, a warning; the knee is c=8.
+    # of one), c=8 the same: the queue. At c=2 TTFT rose while throughput fell: saturation
+    # holds throughput flat, so a fall is named, not called a knee; the knee is c=8.
     slow = {1: 1.0, 2: 2.4, 4: 2.6, 8: 2.6}
     levels = [closed_level(c, 16, slots=4, seed=1, noise=0.05, slow=slow[c]) for c in slow]
     found = knee(levels)
-    assert {"level": {"concurrency": 2}, "reason": "rose_later",
-            "rose_at": {"concurrency": 4}} in found["undecided"]  # fmt: skip
+    assert [(u["level"], u["reason"]) for u in found["undecided"]] == [
+        ({"concurrency": 2}, "throughput_fell")
+    ]
+    assert found["undecided"][0]["throughput_gain_ci"][1] < -0.10
     assert found["level"] == {"concurrency": 8}
     assert found["last_scaling_level"] == {"concurrency": 4}
     dips = [w for w in warnings(levels) if w["kind"] == "dip"]
@@ -77,6 +79,26 @@ def test_a_dip_is_not_a_knee() -> None:
                      "rose_at": {"concurrency": 4}}]  # fmt: skip
     line = warning_lines({"warnings": dips})[0]
     assert line.startswith("warning: c=2: throughput fell below c=1 and rose again at c=4")
+    lines = verdict_lines({"knee": found, "capacity": capacity(levels, 0.9, None)})
+    assert lines[0].startswith("knee: c=8: TTFT p50 ")
+    assert not any(line.startswith("  c=2") for line in lines)  # a knee found: no notes
+
+
+def test_a_flat_step_that_rises_later_is_not_a_knee() -> None:
+    # c=2 ran 2x slower (the machine): its throughput equals c=1's and its TTFT doubled, the
+    # shape of a knee; but c=4 rose beyond both intervals, so c=2 was noise, and the knee
+    # (c=8) is found after it.
+    slow = {1: 1.0, 2: 2.0, 4: 2.6, 8: 2.6}
+    levels = [closed_level(c, 16, slots=4, seed=1, noise=0.05, slow=slow[c]) for c in slow]
+    found = knee(levels)
+    assert {"level": {"concurrency": 2}, "reason": "rose_later",
+            "rose_at": {"concurrency": 4}} in found["undecided"]  # fmt: skip
+    assert found["level"] == {"concurrency": 8}
+    no_knee = knee(levels[:3])
+    lines = verdict_lines({"knee": no_knee, "capacity": capacity(levels[:3], 0.9, None)})
+    assert lines[1] == (
+        "  c=2: TTFT rose with flat throughput, but throughput rose again at c=4: a dip, not a knee"
+    )
 
 
 def test_too_few_requests_are_named_not_judged() -> None:
