@@ -274,3 +274,60 @@ def test_wide_closed_loop_starts_staggered(tmp_path: Path) -> None:
     # Started together, the first 32 sends would lie within a few ms; staggered over the
     # warm-up's E2E (at least 8 decode steps), they span most of it.
     assert sends[31] - sends[0] > 8 * DECODE_STEP / 2
+
+
+def test_knee_found_where_the_slots_run_out(tmp_path: Path) -> None:
+    # 4 slots and no decode slowdown: each stream adds throughput until c=4; from c=8 half the
+    # requests wait a whole service time for a slot, so TTFT jumps while throughput stays.
+    plots = tmp_path / "plots"
+    with sim_server(slots=4, decode_slowdown=0.0) as base:
+        doc = bench(base, tmp_path, "--concurrency", "1,2,4,8,16", "--num-requests", "16",
+                    "--input-len", "32", "--output-len", "16", "--plot", str(plots))  # fmt: skip
+    print("\nsim, 4 slots, closed loop:")
+    for level in doc["levels"]:
+        print("  " + row(level))
+    knee = doc["knee"]
+    print(f"  knee {knee['level']} after {knee.get('last_scaling_level')}: gain "
+          f"{knee.get('throughput_gain_ci')}, TTFT x{knee.get('ttft_p50_ratio')}")  # fmt: skip
+    assert knee["level"] == {"concurrency": 8}
+    assert knee["last_scaling_level"] == {"concurrency": 4}
+    assert knee["stopped"] == "flat"
+    assert knee["throughput_gain_ci"][1] < 0.10
+    assert knee["ttft_p50_ratio_ci"][0] > 2  # a 160 ms wait on a ~20 ms TTFT
+    # Every level below the slots scaled beyond its interval: no knee could be called there.
+    thr = [fig(lvl, "request_throughput") for lvl in doc["levels"]]
+    cis = [lvl["throughput_ci"]["request_throughput"] for lvl in doc["levels"]]
+    assert all(cis[i + 1][0] > cis[i][1] for i in range(2)), (thr, cis)
+    # The default SLO (2 s TTFT) holds to c=16: the capacity is there, a flat ceiling since c=4.
+    cap = doc["capacity"]
+    assert cap["level"] == {"concurrency": 16}
+    assert cap["trend"] == "flat"
+    assert cap["plateau_from"] == {"concurrency": 4}
+    assert cap["lower_bound"] is False
+    assert doc["warnings"] == []
+    assert sorted(p.name for p in plots.iterdir()) == ["throughput.png", "tpot.png", "ttft.png"]
+
+
+def test_open_loop_reports_the_achieved_rate(tmp_path: Path) -> None:
+    # 16 seeded arrivals fall in whatever time the schedule draws: the report gives the rate
+    # achieved beside the nominal one, and the capacity in those terms.
+    with sim_server(slots=2) as base:
+        doc = bench(base, tmp_path, "--mode", "rate", "--levels", "2,4", "--num-requests", "16",
+                    "--input-len", "32", "--output-len", "8")  # fmt: skip
+    for level in doc["levels"]:
+        arrival = level["arrival_rate"]
+        scheds = sorted(r["t_sched_offset_seconds"] for r in level["requests"])
+        assert arrival["nominal"] == level["rate"]
+        assert arrival["arrivals"] == 16
+        assert arrival["achieved"] == pytest.approx(15 / (scheds[-1] - scheds[0]), rel=1e-6)
+        low, high = level["throughput_ci"]["request_throughput"]
+        assert low <= level["request_throughput"] <= high
+    # Same seed, same schedule scaled: the achieved rates keep the nominal ratio.
+    achieved = [lvl["arrival_rate"]["achieved"] for lvl in doc["levels"]]
+    assert achieved[1] / achieved[0] == pytest.approx(2.0, rel=0.02)
+    cap = doc["capacity"]
+    assert cap["level"] is not None
+    assert cap["arrival_rate"]["achieved"] == pytest.approx(
+        next(a for lvl, a in zip(doc["levels"], achieved, strict=True)
+             if lvl["level"] == cap["level"])
+    )  # fmt: skip
