@@ -148,45 +148,49 @@ def warning_lines(doc: dict[str, Any]) -> list[str]:
 
 def knee_lines(knee: dict[str, Any]) -> list[str]:
     if knee["level"] is not None:
-        g = knee["throughput_gain_ci"]
-        r = knee["ttft_p50_ratio_ci"]
-        latency = (
-            f"knee: {level_name(knee['level'])}: TTFT p50 {knee['ttft_p50_seconds']:.3f}s vs "
-            f"{knee['last_ttft_p50_seconds']:.3f}s (x{knee['ttft_p50_ratio']:.2f}, interval "
-            f"x{r[0]:.2f}-x{r[1]:.2f})"
+        return [_knee_line(knee)]
+    return [f"knee: none found ({knee['rule']})", *map(_undecided_line, knee.get("undecided", []))]
+
+
+def _knee_line(knee: dict[str, Any]) -> str:
+    r = knee["ttft_p50_ratio_ci"]
+    latency = (
+        f"knee: {level_name(knee['level'])}: TTFT p50 {knee['ttft_p50_seconds']:.3f}s vs "
+        f"{knee['last_ttft_p50_seconds']:.3f}s (x{knee['ttft_p50_ratio']:.2f}, interval "
+        f"x{r[0]:.2f}-x{r[1]:.2f})"
+    )
+    last = level_name(knee["last_scaling_level"])
+    if knee.get("stopped") == "behind":
+        return (
+            f"{latency} while it served {knee['request_throughput']:.2f} req/s"
+            f"{_ci_text(knee.get('request_throughput_ci'))} of {knee['arrival_rate']:.2f}/s "
+            f"arrived, a queue building; last level before it {last}"
         )
-        last = level_name(knee["last_scaling_level"])
-        if knee.get("stopped") == "behind":
-            return [
-                f"{latency} while it served {knee['request_throughput']:.2f} req/s"
-                f"{_ci_text(knee.get('request_throughput_ci'))} of {knee['arrival_rate']:.2f}/s "
-                f"arrived, a queue building; last level before it {last}"
-            ]
-        return [
-            f"{latency} while throughput grew {knee['throughput_gain']:+.0%} ({g[0]:+.0%} to "
-            f"{g[1]:+.0%}, under {KNEE_THROUGHPUT_GAIN:+.0%}); last scaling level {last}"
-        ]
-    lines = [f"knee: none found ({knee['rule']})"]
-    for u in knee.get("undecided", []):
-        name = level_name(u["level"])
-        if u["reason"] == "throughput_unclear":
-            g = u["throughput_gain_ci"]
-            lines.append(
-                f"  {name}: TTFT rose, but the throughput's gain ({g[0]:+.0%} to {g[1]:+.0%}) "
-                f"does not rule out {KNEE_THROUGHPUT_GAIN:+.0%} or more: too few requests to tell"
-            )
-        elif u["reason"] == "throughput_fell":
-            g = u["throughput_gain_ci"]
-            lines.append(
-                f"  {name}: TTFT rose, but throughput fell ({g[0]:+.0%} to {g[1]:+.0%}): "
-                "saturation holds it flat, so the server or the machine slowed down; not a knee"
-            )
-        else:
-            lines.append(
-                f"  {name}: TTFT rose with flat throughput, but throughput rose again at "
-                f"{level_name(u['rose_at'])}: a dip, not a knee"
-            )
-    return lines
+    g = knee["throughput_gain_ci"]
+    return (
+        f"{latency} while throughput grew {knee['throughput_gain']:+.0%} ({g[0]:+.0%} to "
+        f"{g[1]:+.0%}, under {KNEE_THROUGHPUT_GAIN:+.0%}); last scaling level {last}"
+    )
+
+
+def _undecided_line(u: dict[str, Any]) -> str:
+    name = level_name(u["level"])
+    if u["reason"] == "throughput_unclear":
+        g = u["throughput_gain_ci"]
+        return (
+            f"  {name}: TTFT rose, but the throughput's gain ({g[0]:+.0%} to {g[1]:+.0%}) "
+            f"does not rule out {KNEE_THROUGHPUT_GAIN:+.0%} or more: too few requests to tell"
+        )
+    if u["reason"] == "throughput_fell":
+        g = u["throughput_gain_ci"]
+        return (
+            f"  {name}: TTFT rose, but throughput fell ({g[0]:+.0%} to {g[1]:+.0%}): "
+            "saturation holds it flat, so the server or the machine slowed down; not a knee"
+        )
+    return (
+        f"  {name}: TTFT rose with flat throughput, but throughput rose again at "
+        f"{level_name(u['rose_at'])}: a dip, not a knee"
+    )
 
 
 def capacity_lines(cap: dict[str, Any]) -> list[str]:

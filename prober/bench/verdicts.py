@@ -116,57 +116,57 @@ def _gain(r: Ratio) -> dict[str, Any]:
     return {"throughput_gain": r[0] - 1, "throughput_gain_ci": [r[1] - 1, r[2] - 1]}
 
 
-def knee(levels: Sequence[Summary]) -> dict[str, Any]:
-    """The knee of the module docstring; `undecided` says where TTFT rose but the intervals
-    could not tell whether the throughput had stopped."""
-    rule = (
+def _rule() -> str:
+    return (
         f"first level whose TTFT p50 rose over the level before (by {KNEE_TTFT_RISE:.0%} or "
         f"more, its interval above 1) while request throughput grew < "
         f"{KNEE_THROUGHPUT_GAIN:.0%} (the gain's interval below it, not below "
         f"-{KNEE_THROUGHPUT_GAIN:.0%}) or, in an open loop, fell behind its arrivals, and no "
         "later level's throughput rose over either"
     )
-    out: dict[str, Any] = {"rule": rule, "level": None, "undecided": []}
+
+
+def knee(levels: Sequence[Summary]) -> dict[str, Any]:
+    """The knee of the module docstring; `undecided` says where TTFT rose but the intervals
+    could not tell whether the throughput had stopped, or showed that it had not."""
+    out: dict[str, Any] = {"rule": _rule(), "level": None, "undecided": []}
     for k in range(1, len(levels)):
-        last, cur = levels[k - 1], levels[k]
-        latency = ttft_ratio(last, cur)
-        gain = throughput_ratio(last, cur)
-        if gain is None or latency is None or not latency_rose(latency):
-            continue
-        if fell(gain):
-            out["undecided"].append({"level": cur["level"], "reason": "throughput_fell",
-                                     **_gain(gain)})  # fmt: skip
-            continue
-        stopped = "flat" if flat(gain) else "behind" if behind(cur) else None
-        if stopped is None:
-            if gain[1] <= 1:  # not a clear rise either: the intervals cannot tell
-                out["undecided"].append({"level": cur["level"], "reason": "throughput_unclear",
-                                         **_gain(gain)})  # fmt: skip
-            continue
-        later = next(
-            (j for j in levels[k + 1 :] if rose(throughput_ratio(cur, j))
-             or rose(throughput_ratio(last, j))),
-            None,
-        )  # fmt: skip
-        if later is not None:
-            out["undecided"].append(
-                {"level": cur["level"], "reason": "rose_later", "rose_at": later["level"]}
-            )
-            continue
-        return out | {
-            "level": cur["level"],
-            "last_scaling_level": last["level"],
-            "stopped": stopped,
-            **_gain(gain),
-            "request_throughput": _get(cur, "request_throughput"),
-            "request_throughput_ci": _get(cur, "throughput_ci", "request_throughput"),
-            "arrival_rate": _get(cur, "arrival_rate", "achieved"),
-            "ttft_p50_seconds": _get(cur, "ttft_seconds", "p50"),
-            "last_ttft_p50_seconds": _get(last, "ttft_seconds", "p50"),
-            "ttft_p50_ratio": latency[0],
-            "ttft_p50_ratio_ci": [latency[1], latency[2]],
-        }
+        found = _knee_at(levels[k - 1], levels[k], levels[k + 1 :])
+        if found is not None and "reason" in found:
+            out["undecided"].append(found)
+        elif found is not None:
+            return out | found
     return out
+
+
+def _knee_at(last: Summary, cur: Summary, after: Sequence[Summary]) -> dict[str, Any] | None:
+    """The knee at `cur` (its fields), why not (an `undecided` entry with its `reason`), or
+    None where TTFT did not rise or throughput clearly did."""
+    latency, gain = ttft_ratio(last, cur), throughput_ratio(last, cur)
+    if gain is None or latency is None or not latency_rose(latency):
+        return None
+    if fell(gain):
+        return {"level": cur["level"], "reason": "throughput_fell", **_gain(gain)}
+    stopped = "flat" if flat(gain) else "behind" if behind(cur) else None
+    if stopped is None:  # a clear rise, or the intervals cannot tell
+        unclear = {"level": cur["level"], "reason": "throughput_unclear", **_gain(gain)}
+        return unclear if gain[1] <= 1 else None
+    for j in after:
+        if rose(throughput_ratio(cur, j)) or rose(throughput_ratio(last, j)):
+            return {"level": cur["level"], "reason": "rose_later", "rose_at": j["level"]}
+    return {
+        "level": cur["level"],
+        "last_scaling_level": last["level"],
+        "stopped": stopped,
+        **_gain(gain),
+        "request_throughput": _get(cur, "request_throughput"),
+        "request_throughput_ci": _get(cur, "throughput_ci", "request_throughput"),
+        "arrival_rate": _get(cur, "arrival_rate", "achieved"),
+        "ttft_p50_seconds": _get(cur, "ttft_seconds", "p50"),
+        "last_ttft_p50_seconds": _get(last, "ttft_seconds", "p50"),
+        "ttft_p50_ratio": latency[0],
+        "ttft_p50_ratio_ci": [latency[1], latency[2]],
+    }
 
 
 def capacity(
@@ -204,13 +204,17 @@ def capacity(
     }
     if "arrival_rate" in best:
         out["arrival_rate"] = best["arrival_rate"]
-    if target_rate is not None and w is not None:
-        out["target_rate"] = target_rate
-        out["concurrency_needed"] = target_rate * w
-        out["slots_needed"] = _slots(target_rate * w)
-        if service is not None:
-            out["concurrency_needed_service"] = target_rate * service
-            out["slots_needed_service"] = _slots(target_rate * service)
+    return out | _sizing(target_rate, w, service)
+
+
+def _sizing(rate: float | None, w: float | None, service: float | None) -> dict[str, Any]:
+    """Slots for `rate` req/s by Little's law: from time in system `w` and service time."""
+    if rate is None or w is None:
+        return {}
+    out = {"target_rate": rate, "concurrency_needed": rate * w, "slots_needed": _slots(rate * w)}
+    if service is not None:
+        out["concurrency_needed_service"] = rate * service
+        out["slots_needed_service"] = _slots(rate * service)
     return out
 
 

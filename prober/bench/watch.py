@@ -108,16 +108,12 @@ def verdict(
     reasons = []
     if share is not None and share >= CPU_SHARE_LIMIT:
         reasons.append(f"client CPU {share:.2f} of a core (limit {CPU_SHARE_LIMIT:.2f})")
-    busy = share is not None and share >= CPU_BUSY_SHARE
     note = None
     if p99 is not None and p99 > limit:
         lagged = _lag_text(float(p99), of_scale)
-        if busy:
-            reasons.append(
-                f"event-loop lag p99 {lagged} at client CPU {share:.2f} of a core (limits "
-                f"{LOOP_LAG_P99_LIMIT_SECONDS * 1000:g} ms, {LAG_SHARE_OF_SCALE:.0%} of the "
-                f"latency, {CPU_BUSY_SHARE:g} of a core busy)"
-            )
+        if share is not None and share >= CPU_BUSY_SHARE:
+            reasons.append(f"event-loop lag p99 {lagged} at client CPU {share:.2f} of a core "
+                           f"({_LIMITS})")  # fmt: skip
         else:
             note = (
                 f"event-loop lag p99 {lagged} while the client was idle ({share or 0:.2f} of "
@@ -135,6 +131,12 @@ def verdict(
         "note": note,
         "latencies_trustworthy": not reasons,
     }
+
+
+_LIMITS = (
+    f"limits {LOOP_LAG_P99_LIMIT_SECONDS * 1000:g} ms, {LAG_SHARE_OF_SCALE:.0%} of the latency, "
+    f"{CPU_BUSY_SHARE:g} of a core busy"
+)
 
 
 def _lag_text(p99: float, of_scale: float | None) -> str:
