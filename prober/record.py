@@ -13,6 +13,8 @@ Every result, whichever path produced it, goes through `Recorder.record(target, 
   estimate, which counts the probes in flight and did not count this one.
 
 A request cut short (shutdown, a stopped load) is recorded too, as `cancelled` builds it.
+Probes (scheduled ones and their companions) also go to the target's ring of recent probes
+(`prober.recent`), which the status page shows: the same probes `/metrics` counts.
 
 `record_cache_probe` records the cache probe's pair (`cache_probe:`): the TTFT of its miss and
 its hit apart, whether the engine confirmed the prefix cached, and one log line; its results
@@ -35,6 +37,7 @@ from prober import timings
 from prober.capacity.target import TargetCapacity
 from prober.logs import get_logger, safe_line
 from prober.metrics import Metrics
+from prober.recent import RecentProbes, summary
 from prober.result import Outcome, RequestResult
 from prober.targets import Target
 
@@ -123,6 +126,7 @@ class Recorder:
     the queue waits it returns.
 
     `wall_clock` stamps the last probe's time (a gauge in Unix seconds, never a latency).
+    `recent` keeps each target's last probes for the status page (`prober.status`).
     """
 
     def __init__(
@@ -131,8 +135,10 @@ class Recorder:
         capacity: Mapping[str, TargetCapacity] | None = None,
         *,
         wall_clock: Callable[[], float] = time.time,
+        recent: RecentProbes | None = None,
     ) -> None:
         self.metrics = metrics
+        self.recent = RecentProbes() if recent is None else recent
         # Kept as given, even empty: the daemon's is its fleet's, filled as targets start.
         self.capacity: Mapping[str, TargetCapacity] = {} if capacity is None else capacity
         self._wall_clock = wall_clock
@@ -234,10 +240,13 @@ class Recorder:
         self, target: Target, result: RequestResult, mode: Mode, *, companion: bool = False
     ) -> None:
         labels = target.labels
-        self.metrics.record(result, labels, _METRIC_MODE[mode], target.slo)
+        good = self.metrics.record(result, labels, _METRIC_MODE[mode], target.slo)
         if mode is Mode.LOAD:
             return
-        self.metrics.record_probe(result, labels, self._wall_clock())
+        wall_end = self._wall_clock()
+        self.metrics.record_probe(result, labels, wall_end)
+        record = summary(result, wall_end=wall_end, good=good, companion=companion)
+        self.recent.add(target.name, record)
         bound = log.bind(target=target.name, model=target.config.model)
         if mode is Mode.ON_DEMAND:
             bound = bound.bind(via="/probe")

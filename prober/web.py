@@ -9,7 +9,8 @@ pattern; only configured names are accepted, so it cannot be turned into a proxy
 changed, 400 with the one line `check-config` would print, and nothing applied),
 `/-/engine?target=NAME` (the engine's state, `capacity/state.py`: 200 for ok and busy, 503 for
 stalled and down, the reason in one line: a liveness check for the engine, which never fails
-for a full engine), `/-/healthy`, `/-/ready` and a landing page. With
+for a full engine), `/-/healthy`, `/-/ready`, and the status page at `/` and `/targets/NAME`
+(`status/`; `/probe?target=NAME&debug=true` answers the probe's own account as text). With
 `server.web_config_file`, basic auth guards every route but the two health checks (`/-/engine`
 too: its answers name targets; a kubelet sends the header, docs/design.md §12), and
 `WEB.ssl_context` serves them over TLS (`webconfig.py`); a reload swaps both. The targets live
@@ -35,22 +36,23 @@ time; a second request for a busy target is answered 429 at once, with `Retry-Af
 from __future__ import annotations
 
 import asyncio
-import html
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 
-from prober import __version__
 from prober.discovery import Discovery
 from prober.fleet.fleet import Fleet
 from prober.fleet.reload import ConfigSource, Reloader
 from prober.metrics import Metrics
 from prober.record import Mode, Recorder, cancelled
+from prober.request.debug import ProbeTrace, tracing
 from prober.request.wire import client_session, report_stamping
 from prober.scrapes import metrics_handler
 from prober.settings import Settings
+from prober.status import add_status_routes, probe_account
 from prober.webconfig import LiveWebConfig
 
 SETTINGS = web.AppKey("settings", Settings)  # as at start; the one in use is RELOADER's
@@ -107,7 +109,7 @@ def build_app(
     app.router.add_get("/-/engine", _engine)
     app.router.add_get("/-/healthy", _healthy)
     app.router.add_get("/-/ready", _ready)
-    app.router.add_get("/", _landing)
+    add_status_routes(app, app[FLEET], app[RELOADER])  # /, /targets/NAME
     return app
 
 
@@ -177,7 +179,10 @@ async def _probe_now(request: web.Request) -> web.Response:
     probing.add(name)
     target = member.target
     t_sched_ns = time.perf_counter_ns()
-    send = asyncio.create_task(target.send(member.session, t_sched_ns))
+    trace = ProbeTrace()  # with `debug=true`, the response's head and first lines
+    debug = request.query.get("debug") == "true"
+    with tracing(trace) if debug else contextlib.nullcontext(trace):
+        send = asyncio.create_task(target.send(member.session, t_sched_ns))
     member.sends.add(send)  # drained with its member: at shutdown, or when a reload removes it
     try:
         result = await asyncio.shield(send)  # the drain, not the client, may cancel it
@@ -193,6 +198,9 @@ async def _probe_now(request: web.Request) -> web.Response:
     recorder = Recorder(Metrics(registry))
     recorder.describe(target)
     recorder.record(target, result, Mode.ON_DEMAND)
+    if debug:
+        account = probe_account(target, result, trace, generate_latest(registry).decode())
+        return web.Response(text=account, content_type="text/plain", charset="utf-8")
     return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
 
 
@@ -225,18 +233,3 @@ async def _ready(request: web.Request) -> web.Response:
     if not request.app[FLEET].scheduler.ready:
         return web.Response(status=503, text="waiting for the first probe of every target\n")
     return web.Response(text="OK\n")
-
-
-async def _landing(request: web.Request) -> web.Response:
-    rows = "".join(
-        f"<li>{html.escape(m.name)} ({html.escape(m.target.config.model)}"
-        f"{'' if m.probed else ', probed by another shard'}) — "
-        f'<a href="/probe?target={html.escape(m.name)}">probe now</a></li>'
-        for m in request.app[FLEET].members.values()
-    )
-    page = (
-        f"<html><head><title>llm-prober</title></head><body><h1>llm-prober {__version__}</h1>"
-        f'<p><a href="/metrics">Metrics</a> · <a href="/-/ready">Ready</a></p>'
-        f"<h2>Targets</h2><ul>{rows}</ul></body></html>"
-    )
-    return web.Response(text=page, content_type="text/html")

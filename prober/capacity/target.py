@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import aiohttp
@@ -52,11 +53,21 @@ _SHAPE_WINDOW_SECONDS = 60.0
 _MIN_SHAPE_REQUESTS = 16
 _MAX_MEAN_TOKENS = 1_000_000.0  # as `traffic:` allows: beyond it a counter is not a count
 _OWN_KEPT = 4096  # own finished requests remembered for the shape: a minute at 68/s
-_WITHHELD_FIX = (
+# What to set where the waiting depth is withheld: the log line's `fix`, and the status page's.
+WITHHELD_FIX = (
     "set traffic: {prompt_tokens: N, output_tokens: N} (the mean lengths of the engine's "
     "other requests), traffic: probes (they look like the probes), or metrics_url of an "
     "engine that reports its queue"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeState:
+    """The last scrape of the engine's /metrics: when it ended (Unix time, shown, never a
+    latency) and why it failed ("" when it did not)."""
+
+    at: float
+    error: str = ""
 
 
 class ScrapeRecord(Protocol):
@@ -101,6 +112,7 @@ class TargetCapacity:
             server_drain_rate=self.server_drain_rate,
         )
         self.snapshot: ServerSnapshot | None = None
+        self.last_scrape: ScrapeState | None = None
         self._server_full = 0
         self._completed: deque[tuple[float, float]] = deque()
         self._totals: deque[tuple[float, TokenTotals]] = deque()  # (at, the engine's totals)
@@ -177,10 +189,11 @@ class TargetCapacity:
         # What an earlier watch read belongs to the engine it watched (a reload may change
         # `metrics_url`): the server's figures start again from this one.
         self.snapshot = None
+        self.last_scrape = None
         self._completed.clear()
         self._totals.clear()
         if self._stated is None and self.own_load is None and cfg.metrics_url is None:
-            bound.warning("queue_depth_withheld", why="no traffic: given", fix=_WITHHELD_FIX)
+            bound.warning("queue_depth_withheld", why="no traffic: given", fix=WITHHELD_FIX)
         if cfg.metrics_url is None:
             return
         engine = Engine(cfg.engine) if cfg.engine else None
@@ -192,8 +205,10 @@ class TargetCapacity:
                 self.snapshot = None
                 self.state.counter(None)
                 self._scrapes.scrape_failed(self.target)
+                self.last_scrape = ScrapeState(time.time(), str(exc))
                 bound.warning("server_scrape_failed", error=str(exc))
             else:
+                self.last_scrape = ScrapeState(time.time())
                 self._keep(snap, started)
             await asyncio.sleep(max(0.0, cfg.metrics_interval_seconds - (self._clock() - started)))
 
@@ -250,7 +265,7 @@ class TargetCapacity:
                 target=self.target.name,
                 why=f"no traffic: given, and {snap.engine}'s /metrics counts no requests' tokens"
                 " (its own waiting count is exported as source=server)",
-                fix=_WITHHELD_FIX,
+                fix=WITHHELD_FIX,
             )
 
     def _keep_totals(self, totals: TokenTotals, at: float) -> None:

@@ -245,6 +245,8 @@ class Fleet:
             drains.append(member.load.stop(grace))
         await asyncio.gather(*drains, ended(watcher))
         await member.session.close()
+        if self.members.get(member.name) is None:  # its recent probes, unless a namesake runs
+            self.recorder.recent.forget(member.name)
         if labels is not None:
             gone = self.metrics.forget(labels.target, labels.model)
             log.info("target_removed", target=labels.target, model=labels.model, series=gone)

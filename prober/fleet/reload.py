@@ -114,6 +114,7 @@ class Reloader:
         self._triggered: set[asyncio.Task[Reloaded]] = set()
         self._checksum: str | None = None
         self.started = False
+        self.last: tuple[float, Reloaded] | None = None  # the last reload: when, and its answer
 
     async def start(self) -> Applied:
         """The configuration at start applied (discovery's first answers with it); the
@@ -163,12 +164,16 @@ class Reloader:
             log.info("reload_done", trigger=why, result=applied.summary())
             if old.server.reload_interval_seconds != new.server.reload_interval_seconds:
                 self._poll(new)
-            return Reloaded(True, f"reloaded: {applied.summary()}")
+            done = Reloaded(True, f"reloaded: {applied.summary()}")
+            self.last = (self._wall_clock(), done)
+            return done
 
     def _failed(self, why: str, message: str) -> Reloaded:
         self._successful.set(0)
         log.warning("reload_failed", trigger=why, error=message, note="the running config stays")
-        return Reloaded(False, message)
+        failed = Reloaded(False, message)
+        self.last = (self._wall_clock(), failed)
+        return failed
 
     def _poll(self, settings: Settings) -> None:
         if self._poller is not None:

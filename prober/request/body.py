@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -63,6 +64,7 @@ class BodyReader:
         "budget",
         "reader",
         "state",
+        "tee",
     )
 
     def __init__(
@@ -75,8 +77,11 @@ class BodyReader:
         idle_seconds: float,
         deadline: asyncio.Timeout,
         total_deadline: float,
+        tee: Callable[[bytes], None] | None = None,
     ) -> None:
+        """`tee` is handed every read before it is parsed (`/probe?debug=true`'s account)."""
         self.state = state
+        self.tee = tee
         self.reader = reader
         self.budget = stream_bounds(state.event_limit or 0, max_line_bytes).body
         self._content = content
@@ -112,6 +117,8 @@ class BodyReader:
         """Parse one read stamped `t_ns`; True once the stream has ended (`[DONE]`)."""
         state = self.state
         state.first_byte(t_ns)
+        if self.tee is not None:
+            self.tee(chunk)
         self.budget -= len(chunk)
         if self.budget < 0:
             raise StreamError("body larger than its bound for max_tokens")

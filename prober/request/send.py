@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 
 from prober.kinds import Api
 from prober.logs import printable_line, safe_line
+from prober.request import debug
 from prober.request.activity import StreamActivity
 from prober.request.body import BodyReader, stream_bounds
 from prober.request.exchange import ExchangeMeter, ResponseTooLarge, bounded
@@ -379,6 +380,9 @@ class _Exchange:
         """The response, from its status to the end of its body."""
         self.phase = Phase.FIRST_TOKEN
         self._note_connection(resp)
+        trace = debug.current()  # `/probe?debug=true` only
+        if trace is not None:
+            trace.response(resp.status, resp.headers)
         if resp.status != 200:
             return await self._http_failure(resp)
         if encoding := _compressed(resp):
@@ -395,6 +399,7 @@ class _Exchange:
             idle_seconds=self.spec.timeouts.idle_seconds,
             deadline=deadline,
             total_deadline=total_deadline,
+            tee=None if trace is None else trace.chunk,
         )
         await self.body.read(resp)
         return self.concluded()

@@ -83,7 +83,7 @@ async def get(url: str, cafile: Path, headers: dict[str, str] | None = None) -> 
 async def test_basic_auth_rules(web_files: dict[str, Path]) -> None:
     cert = web_files["cert"]
     async with tls_daemon(web_files["config"]) as url:
-        for path in ("/metrics", "/probe?target=t", "/"):
+        for path in ("/metrics", "/probe?target=t", "/", "/targets/t"):
             status, headers = await get(url + path, cert)
             assert status == 401, f"{path} without credentials"
             assert headers["WWW-Authenticate"].startswith('Basic realm="llm-prober"')
@@ -101,8 +101,9 @@ async def test_basic_auth_rules(web_files: dict[str, Path]) -> None:
         for _ in range(2):  # the second answer comes from the cache of verified credentials
             status, _ = await get(f"{url}/metrics", cert, basic(USER, PASSWORD))
             assert status == 200
-        status, _ = await get(f"{url}/probe?target=t", cert, basic(USER, PASSWORD))
-        assert status == 200
+        for path in ("/probe?target=t", "/", "/targets/t", "/probe?target=t&debug=true"):
+            status, _ = await get(url + path, cert, basic(USER, PASSWORD))
+            assert status == 200, path
         # Health checks stay open: kubelet probes carry no credentials, and they hold no data.
         for path in ("/-/healthy", "/-/ready"):
             status, _ = await get(url + path, cert)
