@@ -9,6 +9,14 @@ shows up as dispatch lag and inside TTFT instead of hiding. An arrival that woul
 `max_in_flight` is not sent and is counted as dropped: memory stays bounded however far the
 server falls behind.
 
+Nothing here blocks or spins on the event loop: a trace's arrivals are drawn in a worker
+thread (`_take`: the file is opened and read there, a batch bounded in count, in how far
+ahead of the schedule it reads and in time), a rate's or a schedule's on the loop (each draw
+is arithmetic, and a burst falling due at once yields every `_YIELD_EVERY`); a sleep lasts at
+most `_MAX_SLEEP_SECONDS` a turn, so an arrival however far away is only waited for. When the
+arrivals end (a source that does not loop ran out, a trace that turned bad, an error) the
+load logs one line and counts `llmprober_load_stopped_total{reason}`.
+
 Each finished request, a cancelled one too, goes to the `Recorder` (metrics and the target's
 capacity) and then to `on_result` (the bench's own collection). `own_load` is the live count of
 requests in flight that the queue estimate reads: pass the one the target's capacity holds.
@@ -19,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from contextlib import aclosing
 
 import aiohttp
 
@@ -41,6 +50,14 @@ Shard = tuple[int, int]  # (index, count) of this replica
 # Overdue arrivals dispatched back to back before the loop gets a turn (a trace's burst of
 # simultaneous lines, or a loop that stalled): other targets' reads and stamps go on.
 _YIELD_EVERY = 256
+_MAX_SLEEP_SECONDS = 3600.0  # one sleep's longest: a timer far away is set again, never overflows
+_MAX_OFFSET_SECONDS = 1e9  # ~32 years: an arrival later than this ends the load, said once
+# A trace's batch, read in a worker thread: at most this many arrivals, none past the first
+# that falls this far ahead of the schedule, and no more once this long was spent reading.
+_BATCH = 512
+_READ_AHEAD_SECONDS = 2.0
+_BATCH_SECONDS = 0.05
+Batch = tuple[list[Request], TraceError | None, bool]  # arrivals, the fault that ended them, done
 
 
 def requests(
@@ -126,6 +143,14 @@ class LoadDriver:
         # A configured source always has arrivals (a lone-instant trace has a mean rate of 0).
         if self._fixed_rate is None or self._fixed_rate > 0:
             self._runner = asyncio.create_task(self._run(), name=f"load:{self._target.name}")
+            self._runner.add_done_callback(self._ended)
+
+    def _ended(self, runner: asyncio.Task[None]) -> None:
+        """A runner that raised ends its load loudly (one line, counted), never silently."""
+        if runner.cancelled() or (error := runner.exception()) is None:
+            return
+        log.error("load_failed", target=self._target.name, error=f"{type(error).__name__}: {error}")
+        self._recorder.load_ended(self._target, "error")
 
     async def set_rate(self, rate: float) -> None:
         """Continue at `rate` arrivals/s on a fresh schedule (0 pauses); in-flight requests go on.
@@ -162,31 +187,68 @@ class LoadDriver:
     async def _run(self) -> None:
         start_ns = self._clock()
         cap = self._cfg.max_in_flight
-        arrivals = requests(
-            self._cfg, self._target.config, rate=self._fixed_rate, shard=self._shard
-        )
         unslept = 0
         try:
-            for request in arrivals:
-                t_sched_ns = start_ns + int(request.offset * 1e9)
-                delay = (t_sched_ns - self._clock()) / 1e9
-                if delay > 0:
-                    await self._sleep(delay)
-                    unslept = 0
-                elif (unslept := unslept + 1) % _YIELD_EVERY == 0:
-                    await asyncio.sleep(0)  # a burst falling due at once never starves the loop
-                # Count tasks, not `own_load`: a task only counts itself there once it runs,
-                # and arrivals that fall due together (a stalled loop) are all dispatched
-                # before any runs.
-                if len(self._tasks) >= cap:
-                    self._drop()
-                    continue
-                # Dispatch lag counts until the task runs.
-                task = start_now(self._one(t_sched_ns, request))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            async with aclosing(self._arrivals(start_ns)) as arrivals:
+                async for request in arrivals:
+                    if not request.offset <= _MAX_OFFSET_SECONDS:  # 1e-300/s: 1e300 s away
+                        log.error("load_arrival_too_far", target=self._target.name,
+                                  offset_seconds=request.offset)  # fmt: skip
+                        self._recorder.load_ended(self._target, "too_far")
+                        return
+                    t_sched_ns = start_ns + int(request.offset * 1e9)
+                    if await self._wait_until(t_sched_ns):
+                        unslept = 0
+                    elif (unslept := unslept + 1) % _YIELD_EVERY == 0:
+                        await asyncio.sleep(0)  # a burst falling due at once never starves the loop
+                    # Count tasks, not `own_load`: a task only counts itself there once it
+                    # runs, and arrivals that fall due together (a stalled loop) are all
+                    # dispatched before any runs.
+                    if len(self._tasks) >= cap:
+                        self._drop()
+                        continue
+                    # Dispatch lag counts until the task runs.
+                    task = start_now(self._one(t_sched_ns, request))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
         except TraceError as exc:  # the file changed since it was checked: the load ends here
-            log.error("load_trace_failed", target=self._target.name, error=str(exc))
+            log.error(
+                "load_trace_failed", target=self._target.name, reason=exc.reason, error=str(exc)
+            )
+            self._recorder.load_ended(self._target, f"trace_{exc.reason}")
+            return
+        log.info("load_arrivals_ended", target=self._target.name, sent=self.sent)
+        self._recorder.load_ended(self._target, "finished")
+
+    async def _wait_until(self, t_ns: int) -> bool:
+        """Sleep until `t_ns` (the injected clock's), a bounded sleep at a time; whether it
+        slept."""
+        delay = (t_ns - self._clock()) / 1e9
+        if delay <= 0:
+            return False
+        while delay > _MAX_SLEEP_SECONDS:  # each turn sleeps an hour: bounded in count per hour
+            await self._sleep(_MAX_SLEEP_SECONDS)
+            delay = (t_ns - self._clock()) / 1e9
+        if delay > 0:
+            await self._sleep(delay)
+        return True
+
+    async def _arrivals(self, start_ns: int) -> AsyncGenerator[Request, None]:
+        """The arrivals in order; a trace's read in a worker thread, batch by batch."""
+        source = requests(self._cfg, self._target.config, rate=self._fixed_rate, shard=self._shard)
+        if self._cfg.trace is None or self._fixed_rate is not None:
+            for request in source:  # rate or schedule: arithmetic, no I/O
+                yield request
+            return
+        while True:
+            horizon = (self._clock() - start_ns) / 1e9 + _READ_AHEAD_SECONDS
+            batch, fault, done = await asyncio.to_thread(_take, source, horizon)
+            for request in batch:
+                yield request
+            if fault is not None:
+                raise fault
+            if done:
+                return
 
     def _drop(self) -> None:
         self.dropped += 1
@@ -230,3 +292,19 @@ class LoadDriver:
         self._recorder.record(self._target, result, Mode.LOAD)
         if self._on_result is not None:
             self._on_result(result)
+
+
+def _take(source: Iterator[Request], horizon: float) -> Batch:
+    """The next arrivals of `source` (blocking: file I/O), up to `_BATCH`, the first past
+    `horizon` seconds, or `_BATCH_SECONDS` spent; the fault that ended them and whether they
+    ended."""
+    batch: list[Request] = []
+    until = time.monotonic() + _BATCH_SECONDS
+    try:
+        for request in source:
+            batch.append(request)
+            if len(batch) >= _BATCH or request.offset > horizon or time.monotonic() > until:
+                return batch, None, False
+    except TraceError as exc:
+        return batch, exc, True
+    return batch, None, True

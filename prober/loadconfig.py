@@ -19,7 +19,10 @@ from prober.kinds import Arrival, LengthDist
 from prober.section import PositiveSeconds, Section
 from prober.validation import bound, field_error, wrong
 
-MAX_RATE = 10_000.0  # arrivals/s, on average, of any source
+MAX_RATE = workload.MAX_RATE  # arrivals/s, on average, of any source
+# A slower rate's first arrival could lie past any run (1e-300/s: 1e300 s away) and past what
+# a timer can be set to; one arrival in about 28 hours is the least a load sends.
+MIN_RATE = 1e-5
 Tokens = Annotated[int, Field(ge=1, le=workload.MAX_TOKENS)]
 TokenCount = Annotated[float, Field(gt=0, le=workload.MAX_TOKENS)]
 # The parameters each length distribution takes: required, then optional.
@@ -127,6 +130,13 @@ class RateStep(Section):
     seconds: PositiveSeconds
     rate: Annotated[float, Field(ge=0, le=MAX_RATE)]  # arrivals/s; 0 is a pause
 
+    @field_validator("rate")
+    @classmethod
+    def _pause_or_rate(cls, rate: float) -> float:
+        if 0 < rate < MIN_RATE:
+            raise ValueError(f"must be 0 (a pause) or at least {MIN_RATE:g}, got {rate:g}")
+        return rate
+
 
 class RateSchedule(Section):
     """Piecewise-constant rate: each step lasts `seconds`; `loop` repeats the steps, else the
@@ -167,7 +177,10 @@ class TraceConfig(Section):
     @model_validator(mode="after")
     def _read(self) -> Self:
         try:
-            self._summary = workload.check_trace(workload.resolve_trace(self.path))
+            path = workload.resolve_trace(self.path)
+            self._summary = workload.check_trace(
+                path, time_scale=self.time_scale, rate_scale=self.rate_scale
+            )
         except ValueError as exc:  # TraceError: FILE:LINE: problem
             raise field_error("path", str(exc), self.path) from None
         if self.loop and self._summary.period_seconds <= 0:
@@ -217,7 +230,7 @@ class LoadConfig(Section):
     (rate steps) or `trace` (replay; with `rate` too, its time is scaled to that mean rate).
     """
 
-    rate: Annotated[float, Field(gt=0, le=MAX_RATE)] | None = None
+    rate: Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)] | None = None
     arrival: Arrival = "poisson"
     burstiness: Annotated[float, Field(ge=0.01, le=100)] | None = None  # gamma's shape
     schedule: RateSchedule | None = None
@@ -248,10 +261,17 @@ class LoadConfig(Section):
             if self.rate is not None and self.trace.summary.mean_rate <= 0:
                 problem = "the trace's requests share one instant: there is no rate to scale"
                 raise field_error("rate", problem, self.rate)
-            mean = self.trace.replay(rate=self.rate, seed=None, shard=(0, 1)).mean_rate
-            if mean > MAX_RATE:  # the driver could never catch up with its schedule
-                problem = f"replays at {mean:.0f} requests/s, over the bound of {MAX_RATE:.0f}"
-                raise field_error("trace", problem + ": raise time_scale", None)
+            plan = self.trace.replay(rate=self.rate, seed=None, shard=(0, 1))
+            if plan.mean_rate > MAX_RATE:  # the driver could never catch up with its schedule
+                problem = f"replays at {plan.mean_rate:.0f} requests/s, over the bound of "
+                raise field_error("trace", problem + f"{MAX_RATE:.0f}: raise time_scale", None)
+            if self.rate is not None:  # its own time scale: the pace is checked at this one
+                try:
+                    workload.check_trace(
+                        plan.path, time_scale=plan.time_scale, rate_scale=plan.rate_scale
+                    )
+                except ValueError as exc:
+                    raise field_error("rate", f"{exc}: lower the rate", self.rate) from None
             return self
         if self.rate is None and self.schedule is None:
             raise field_error("rate", "required (or a schedule, or a trace)", None)

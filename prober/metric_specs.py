@@ -242,6 +242,13 @@ LOAD_DROPPED = _target(
     "llmprober_load_dropped_total", Kind.COUNTER,
     "Arrivals not sent because the in-flight cap was reached.",
 )  # fmt: skip
+LOAD_STOPPED = MetricSpec(
+    "llmprober_load_stopped_total", Kind.COUNTER,
+    "Background loads whose arrivals ended before the daemon stopped, by why: finished (a"
+    " schedule or trace that does not loop ran out), trace_* (the replayed file turned"
+    " unreadable, empty, changed or over the pace bound), error.",
+    (*TARGET_LABELS, "reason"),
+)  # fmt: skip
 
 # --- capacity (`record` writes these two; the gauges are `CapacityCollector`'s, at scrape time) --
 SERVER_SCRAPE_ERRORS = _target(
@@ -369,7 +376,8 @@ SPECS: tuple[MetricSpec, ...] = (
     REQUESTS, REQUESTS_GOOD, WITHOUT_ANSWER, REASONING_WITHOUT_ANSWER, FINISH_REASONS,
     TOKEN_SOURCE, ANSWER_CHECKS, TOKENS,
     PROBE_SUCCESS, LAST_PROBE, PROBE_INTERVAL, SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_TTFO,
-    PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, SERVER_SCRAPE_ERRORS,
+    PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, LOAD_STOPPED,
+    SERVER_SCRAPE_ERRORS,
     QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, QUEUE_DRAIN_RATE, QUEUE_DRAIN_BASIS,
     ENGINE_SLOTS, SATURATION, ENGINE_STATE,
     SERVER_KV_CACHE_USAGE, CACHE_PROBE_TTFT, CACHE_PROBE, STAMPING_INFO, EXPOSITION_FALLBACK,

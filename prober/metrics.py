@@ -107,6 +107,7 @@ class Metrics:
         self.load_in_flight = gauge(specs.LOAD_IN_FLIGHT, registry)
         self.load_target_rate = gauge(specs.LOAD_TARGET_RATE, registry)
         self.load_dropped = counter(specs.LOAD_DROPPED, registry)
+        self.load_ended = counter(specs.LOAD_STOPPED, registry)
         self.server_scrape_errors = counter(specs.SERVER_SCRAPE_ERRORS, registry)
         self.queue_wait = histogram(specs.QUEUE_WAIT, registry)
         self.cache_probe_ttft = histogram(specs.CACHE_PROBE_TTFT, registry)

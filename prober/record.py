@@ -221,6 +221,12 @@ class Recorder:
         labels = target.labels
         self.metrics.child(self.metrics.load_target_rate, (labels.target, labels.model)).set(0)
 
+    def load_ended(self, target: Target, reason: str) -> None:
+        """A target's arrivals ended on their own (`reason`): counted, and its rate is 0."""
+        labels = target.labels
+        self.metrics.child(self.metrics.load_ended, (labels.target, labels.model, reason)).inc()
+        self.load_stopped(target)
+
     def _capacity_of(self, target: Target) -> TargetCapacity | None:
         """The capacity that learns from `target`'s requests: the one built for this very
         `Target`. A request sent before a reload replaced the target's endpoint finishes into

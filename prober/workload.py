@@ -15,28 +15,42 @@ when the sampler is built, i.e. when the configuration is read.
 every line; any fault is one `TraceError`, "FILE:LINE: problem". Bounds: a file of at most
 `MAX_TRACE_BYTES`, a line of at most `MAX_LINE_BYTES`, `MAX_HASH_IDS` ids a line, lengths
 up to `MAX_TOKENS`, timestamps finite, non-decreasing and within `MAX_SPAN_MS` of the first.
-Nothing of the file is held but the line being read.
+Nothing of the file is held but the line being read. Only a regular file is read: the path
+is opened non-blocking and checked (`fstat`) before a byte is read, so a FIFO or a device is
+refused at once instead of blocking the open. Reading blocks: the load driver reads off the
+event loop (prober/load.py).
+
+**Pace.** However a trace is scaled, the requests due in the first t seconds of a pass are at
+most `MAX_RATE` × t + `MAX_BURST` (`Pace`: a token bucket over the replay's own timeline,
+each line counting `rate_scale` requests). The bound is checked as lines stream, at load time
+(`check_trace`) and on every pass of a replay alike, so a file replaced mid-run by a million
+lines at one instant ends its load after the bucket's worth, never floods the loop.
 
 **Replay** (`replay`) turns the trace into offsets from the first line's timestamp, times
 `time_scale`. `rate_scale` changes the volume on the same timeline: each line is sent
 ⌊k⌋ times and once more with probability k − ⌊k⌋ (seeded); below 1 that thins the trace.
 A looped trace starts its next pass one mean gap after its last line, so one pass lasts
-span × n / (n − 1). Prefix sharing is the trace's: requests whose leading hash ids agree get
-the same leading text (`prompts.SharedPrefix`). Every copy and every pass is its own set of
-prefixes (its ids are offset), so a second pass is not served from the first pass's cache.
+span × n / (n − 1). Each pass reads the file again and is checked as the first was (its
+offsets from its own first line); a pass that reads no request (the file emptied, or left
+blank) or whose lines run past the first pass's span is a `TraceError`: the load ends there.
+Prefix sharing is the trace's: requests whose leading hash ids agree get the same leading text
+(`prompts.SharedPrefix`). Every copy and every pass is its own set of prefixes (its ids are
+offset), so a second pass is not served from the first pass's cache.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import Any, BinaryIO
 
 from prober.prompts import SharedPrefix
 
@@ -47,6 +61,8 @@ MAX_LINE_BYTES = 64 * 2**10
 MAX_HASH_IDS = 4096
 MAX_HASH_ID = 2**63 - 1
 MAX_SPAN_MS = 7 * 86_400_000
+MAX_RATE = 10_000.0  # requests/s a replay may send, on average and as a bucket's rate
+MAX_BURST = 10_000.0  # requests a replay may have due at one instant (the bucket's depth)
 _ID_BITS = 64  # hash ids of copy or pass j are j << 64 | id: never equal to another's
 BUILTIN = "builtin:"
 BUILTIN_TRACES = Path(__file__).parent / "traces"
@@ -149,10 +165,13 @@ def lognormal(median: float, sigma: float, low: int, high: int) -> Truncated:
 class TraceError(ValueError):
     """A trace that cannot be replayed: one line, `FILE:LINE: problem` (or `FILE: problem`)."""
 
-    def __init__(self, path: Path, problem: str, line: int | None = None) -> None:
+    def __init__(
+        self, path: Path, problem: str, line: int | None = None, *, reason: str = "invalid"
+    ) -> None:
         shown = str(path) if str(path).isprintable() else repr(str(path))
         where = f"{shown}:{line}" if line is not None else shown
         super().__init__(f"{where}: {problem}")
+        self.reason = reason  # invalid, unreadable, empty, pace, changed: a metric's label
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +180,7 @@ class TraceRequest:
     input_length: int
     output_length: int
     hash_ids: tuple[int, ...] = ()
+    line: int = field(default=0, compare=False)  # where in the file (1 is the first line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,20 +220,36 @@ def resolve_trace(text: str) -> Path:
 
 
 def read_trace(path: Path) -> Iterator[TraceRequest]:
-    """Every request of the trace in order, read as it is consumed; `TraceError` on a fault."""
+    """Every request of the trace in order, read as it is consumed; `TraceError` on a fault.
+    Blocking file I/O: off the event loop in the daemon."""
     try:
-        with path.open("rb") as f:
-            size = path.stat().st_size
-            if size > MAX_TRACE_BYTES:
-                mib = MAX_TRACE_BYTES // 2**20
-                raise TraceError(path, f"{size} bytes, over the bound of {mib} MiB for a trace")
+        with _open_regular(path) as f:
             yield from _lines(path, f)
     except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a NUL in the path, and the TraceErrors raised above
+        problem = f"cannot read: {exc.strerror or exc}"
+        raise TraceError(path, problem, reason="unreadable") from None
+    except ValueError as exc:  # a NUL in the path, and the TraceErrors raised below
         if isinstance(exc, TraceError):
             raise
-        raise TraceError(path, f"cannot read: {exc}") from None
+        raise TraceError(path, f"cannot read: {exc}", reason="unreadable") from None
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """The file open for reading, if it is a regular file within the size bound: opened
+    non-blocking so a FIFO cannot hold the open, then checked before any byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            problem = "cannot read: not a regular file (a FIFO, device or directory is refused)"
+            raise TraceError(path, problem, reason="unreadable")
+        if info.st_size > MAX_TRACE_BYTES:
+            mib = MAX_TRACE_BYTES // 2**20
+            raise TraceError(path, f"{info.st_size} bytes, over the bound of {mib} MiB for a trace")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _lines(path: Path, f: Any) -> Iterator[TraceRequest]:
@@ -266,7 +302,7 @@ def _request(path: Path, raw: bytes, number: int) -> TraceRequest:
     for value in ids:
         if not _integer(value) or not 0 <= value <= MAX_HASH_ID:
             raise TraceError(path, f"hash_ids hold 0..2^63-1, got {_show(value)}", number)
-    return TraceRequest(float(stamp), lengths[0], lengths[1], tuple(ids))
+    return TraceRequest(float(stamp), lengths[0], lengths[1], tuple(ids), number)
 
 
 def _number(value: Any) -> bool:
@@ -281,10 +317,40 @@ def _show(value: Any) -> str:
     return " ".join(json.dumps(value).split())[:40]
 
 
-def check_trace(path: Path) -> TraceSummary:
-    """Read the whole trace once (at configuration time); `TraceError` names any fault."""
+@dataclass(slots=True)
+class Pace:
+    """The replay's bound on one pass: the requests due by t seconds into it (each line
+    `rate_scale` requests, t = trace seconds since the pass's first line × `time_scale`) are at
+    most `MAX_RATE` × t + `MAX_BURST`. Checked line by line, as the file streams."""
+
+    path: Path
+    time_scale: float = 1.0
+    rate_scale: float = 1.0
+    first_ms: float | None = None
+    due: float = 0.0
+
+    def check(self, request: TraceRequest) -> float:
+        """Seconds from the pass's first line to `request`; `TraceError` past the bound."""
+        if self.first_ms is None:
+            self.first_ms = request.timestamp_ms
+        at = (request.timestamp_ms - self.first_ms) / 1000 * self.time_scale
+        self.due += self.rate_scale
+        if self.due > MAX_RATE * at + MAX_BURST:
+            problem = (
+                f"{self.due:.0f} requests due {at:.3f} s into a pass, over the bound of "
+                f"{MAX_RATE:.0f} requests/s and {MAX_BURST:.0f} at once"
+            )
+            raise TraceError(self.path, problem, request.line, reason="pace")
+        return at
+
+
+def check_trace(path: Path, *, time_scale: float = 1.0, rate_scale: float = 1.0) -> TraceSummary:
+    """Read the whole trace once (at configuration time), paced as it will be replayed;
+    `TraceError` names any fault."""
     count, first, last, inputs, outputs, shared = 0, 0.0, 0.0, 0, 0, False
+    pace = Pace(path, time_scale, rate_scale)
     for request in read_trace(path):
+        pace.check(request)
         if count == 0:
             first = request.timestamp_ms
         count += 1
@@ -293,7 +359,7 @@ def check_trace(path: Path) -> TraceSummary:
         outputs += request.output_length
         shared = shared or bool(request.hash_ids)
     if count == 0:
-        raise TraceError(path, "holds no requests")
+        raise TraceError(path, "holds no requests", reason="empty")
     return TraceSummary(count, first, last, inputs / count, outputs / count, shared)
 
 
@@ -330,18 +396,25 @@ class Replay:
 
 
 def replay(spec: Replay) -> Iterator[Request]:
-    """The trace's requests as offsets from its first line, scaled, copied or thinned, looped."""
+    """The trace's requests as offsets from its first line, scaled, copied or thinned, looped.
+    Each pass reads the file again and checks it as the first was read (`Pace`); one that
+    reads no request, or runs past the checked span while looping, is a `TraceError`."""
     rng = random.Random(spec.seed)
     whole, extra = divmod(spec.rate_scale, 1.0)
     period = spec.summary.period_seconds * spec.time_scale
+    span = (spec.summary.last_ms - spec.summary.first_ms) / 1000 * spec.time_scale
     copies_most = int(whole) + (extra > 0)
     index, count = spec.shard
     sent = 0
     passes = 0
     while True:
+        pace = Pace(spec.path, spec.time_scale, spec.rate_scale)
         for line in read_trace(spec.path):
-            since_first = (line.timestamp_ms - spec.summary.first_ms) / 1000
-            at = passes * period + since_first * spec.time_scale
+            since_first = pace.check(line)
+            if spec.loop and since_first > span * (1 + 1e-9):
+                problem = f"runs {since_first:.3f} s into a pass, past the {span:.3f} s checked"
+                raise TraceError(spec.path, problem, line.line, reason="changed")
+            at = passes * period + since_first
             copies = int(whole) + (rng.random() < extra)
             for copy in range(copies):
                 sent += 1
@@ -354,6 +427,9 @@ def replay(spec: Replay) -> Iterator[Request]:
                     line.output_length,
                     _prefix(line.hash_ids, tenant, spec.block_tokens),
                 )
+        if pace.first_ms is None:
+            problem = "a pass of the replay read no request (the file is empty or blank now)"
+            raise TraceError(spec.path, problem, reason="empty")
         if not spec.loop:
             return
         passes += 1

@@ -8,8 +8,10 @@ import importlib.util
 import itertools
 import json
 import math
+import os
 import random
 import statistics
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -347,3 +349,89 @@ def test_the_shipped_trace_is_the_generator_output_and_has_its_shape() -> None:
     assert inputs[int(0.99 * len(inputs))] > 5 * statistics.median(inputs)
     firsts = collections.Counter(r["hash_ids"][0] for r in lines if r["hash_ids"])
     assert firsts.most_common(1)[0][1] > 50
+
+
+# -- the files a replay reads again, and its pace (issue 38 items 1 and 2) ---------------------
+
+AT_ZERO = '{"timestamp": 0, "input_length": 10, "output_length": 2}'
+
+
+def test_a_fifo_is_refused_before_any_byte_and_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)  # nobody writes: a blocking open() would wait for ever
+    with pytest.raises(TraceError, match=r"fifo\.jsonl: cannot read: not a regular file") as info:
+        check_trace(fifo)
+    assert info.value.reason == "unreadable"
+
+
+def test_the_pace_bounds_what_falls_due_at_once_and_per_second(tmp_path: Path) -> None:
+    assert check_trace(write(tmp_path, [AT_ZERO] * 10_000)).requests == 10_000
+    with pytest.raises(TraceError, match=r":10001: 10001 requests due 0.000 s into a pass") as info:
+        check_trace(write(tmp_path, [AT_ZERO] * 10_001))
+    assert info.value.reason == "pace"
+    # Copies count: 5,001 lines twice over is past the bucket.
+    with pytest.raises(TraceError, match=r":5001: 10002 requests due"):
+        check_trace(write(tmp_path, [AT_ZERO] * 5_001), rate_scale=2.0)
+    # 30 lines 1 ms apart sped up 10,000 times: 30 requests in 3 µs fit the bucket's depth.
+    lines = [f'{{"timestamp": {i}, "input_length": 1, "output_length": 1}}' for i in range(30)]
+    assert check_trace(write(tmp_path, lines), time_scale=1e-4).requests == 30
+
+
+def first_pass(tmp_path: Path, **kw: object) -> tuple[Path, Iterator[workload.Request]]:
+    """A looping replay of `SMALL` with its first pass taken."""
+    spec = plan(tmp_path, **kw)
+    requests = replay(spec)
+    assert len(list(itertools.islice(requests, 4))) == 4
+    return spec.path, requests
+
+
+def fifo_in_place(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def sent_until_the_fault(requests: Iterator[workload.Request]) -> TraceError:
+    sent = 0
+    try:
+        for _ in requests:
+            sent += 1
+            assert sent <= 10_000  # a burst ends at the bucket's depth, never past it
+    except TraceError as exc:
+        return exc
+    raise AssertionError("the replay went on")
+
+
+def swap_in(path: Path, lines: list[str]) -> None:
+    new = path.with_suffix(".new")
+    new.write_text("".join(line + "\n" for line in lines))
+    os.replace(new, path)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "problem"),
+    [
+        (lambda p: p.write_text(""), "empty", "a pass of the replay read no request"),
+        (lambda p: p.write_text("\n  \n\n"), "empty", "a pass of the replay read no request"),
+        (lambda p: p.unlink(), "unreadable", "cannot read: No such file"),
+        (fifo_in_place, "unreadable", "not a regular file"),
+        (lambda p: swap_in(p, [AT_ZERO] * 10_001), "pace", "10001 requests due 0.000 s"),
+        (lambda p: swap_in(p, [*SMALL, SMALL[-1].replace("4000", "9000")]), "changed",
+         "runs 8.000 s into a pass, past the 3.000 s checked"),
+    ],
+    ids=["emptied", "blank-lines", "deleted", "fifo", "burst", "longer"],
+)  # fmt: skip
+def test_each_pass_is_checked_as_the_first_was(
+    tmp_path: Path, change: Callable[[Path], object], reason: str, problem: str
+) -> None:
+    path, requests = first_pass(tmp_path)
+    change(path)
+    fault = sent_until_the_fault(requests)
+    assert fault.reason == reason
+    assert problem in str(fault)
+
+
+def test_a_pass_replaced_by_a_good_file_goes_on_from_its_own_first_line(tmp_path: Path) -> None:
+    path, requests = first_pass(tmp_path)
+    swap_in(path, [line.replace('"timestamp": ', '"timestamp": 9') for line in SMALL])
+    # 91000 .. 94000 ms: the same shape, its offsets from its own first line.
+    assert [r.offset for r in itertools.islice(requests, 4)] == [4, 5, 5, 7]

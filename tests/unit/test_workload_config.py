@@ -521,3 +521,80 @@ async def test_bench_draws_lengths_per_request_and_replays_a_trace() -> None:
                 for line in lines]  # fmt: skip
     assert [(p, m) for _, p, m, _ in target.sent][:25] == expected
     assert all(prefix is not None for *_, prefix in target.sent)
+
+
+# -- nothing ends silently (issue 38) ---------------------------------------------------------
+
+
+def test_a_rate_too_slow_to_arrive_is_one_config_line(tmp_path: Path) -> None:
+    # YAML reads 1e-300 (no dot) as text, which pydantic then reads as a number.
+    assert problems(tmp_path, "{rate: 1.0e-300}") == [
+        P + "rate: must be at least 1e-05, got 1e-300"
+    ]
+    assert problems(tmp_path, "{schedule: {steps: [{seconds: 5, rate: 1.0e-300}]}}") == [
+        P + "schedule.steps[0].rate: must be 0 (a pause) or at least 1e-05, got 1e-300"
+    ]
+
+
+def test_a_trace_paced_past_the_bound_at_a_given_rate_is_one_config_line(tmp_path: Path) -> None:
+    """15,000 lines in the first second, then one 1,000 s later: within the pace as written,
+    past it once `rate` speeds it up 66-fold (those 15,000 then fall due in 15 ms)."""
+    lines = [f'{{"timestamp": {i / 15:.4f}, "input_length": 1, "output_length": 1}}\n'
+             for i in range(15_000)]  # fmt: skip
+    last = '{"timestamp": 1000000, "input_length": 1, "output_length": 1}\n'
+    (tmp_path / "burst.jsonl").write_text("".join(lines) + last)
+    assert load(tmp_path, "{trace: {path: burst.jsonl}}").targets[0].load
+    (message,) = problems(tmp_path, "{trace: {path: burst.jsonl}, rate: 1000}")
+    assert re.match(re.escape(P) + r"rate: burst\.jsonl:\d+: \d+ requests due 0\.0\d+ s", message)
+    assert message.endswith(": lower the rate"), message
+
+
+async def test_an_arrival_however_far_away_is_waited_for_an_hour_at_a_time() -> None:
+    metrics = Metrics(CollectorRegistry())
+    clock, target = FakeClock(), recording_target()
+    driver = LoadDriver(None, target, LoadConfig(rate=1, arrival="constant"), Recorder(metrics),  # type: ignore[arg-type]
+                        clock=clock, sleep=clock.sleep)  # fmt: skip
+    await driver.set_rate(1e-6)  # set_rate takes any rate: the first arrival is 1e6 s away
+    for _ in range(50):
+        await asyncio.sleep(0)
+    gaps = [b - a for a, b in itertools.pairwise(clock.wakes)]
+    assert len(gaps) >= 10
+    assert set(gaps) == {3600 * 10**9}
+    assert target.sent == []
+    await driver.set_rate(1e-300)  # 1e300 s away: past any run, and past any timer
+    await driver.arrivals_done()
+    await driver.stop(0)
+    assert load_ends(metrics) == {"too_far": 1.0}
+
+
+def load_ends(metrics: Metrics) -> dict[str, float]:
+    return {
+        sample.labels["reason"]: sample.value
+        for family in metrics.registry.collect()
+        if family.name == "llmprober_load_stopped"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+async def test_a_load_that_ends_says_why_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = load(tmp_path, "{trace: {path: trace.jsonl, loop: false}}").targets[0].load
+    assert cfg is not None
+    metrics = Metrics(CollectorRegistry())
+    clock = FakeClock()
+    driver = LoadDriver(None, recording_target(), cfg, Recorder(metrics), clock=clock,  # type: ignore[arg-type]
+                        sleep=clock.sleep)  # fmt: skip
+    driver.start()
+    await driver.arrivals_done()
+    assert load_ends(metrics) == {"finished": 1.0}
+    (tmp_path / "trace.jsonl").write_text("\n\n")  # emptied: the next run's pass reads nothing
+    driver.start()
+    await driver.arrivals_done()
+    await driver.stop(0)
+    assert load_ends(metrics) == {"finished": 1.0, "trace_empty": 1.0}
+    rate = metrics.registry.get_sample_value(
+        "llmprober_load_target_rate", {"target": T.name, "model": T.model}
+    )
+    assert rate == 0
