@@ -282,7 +282,8 @@ _ENGINE_CSS = {"ok": "ok", "busy": "slow", "stalled": "bad", "down": "bad"}
 
 @dataclass(frozen=True, slots=True)
 class EngineView:
-    """The engine's state (ok, busy, stalled, down) and why, as `/-/engine` answers."""
+    """The engine's state (ok, busy, stalled, down) and why (`reason` names the state too), as
+    `/-/engine` answers."""
 
     state: str
     reason: str
