@@ -179,3 +179,14 @@ def test_daemon_serves_and_exits_0_on_sigterm_within_grace(tmp_path: Path, sim_p
     # The `fast` extra is installed for the tests: the daemon must have picked uvloop up.
     loop = next(log["event_loop"] for log in logs if log["event"] == "starting")
     assert loop.startswith("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
+
+
+def test_check_config_of_groups_alone_says_what_it_checked(tmp_path: Path) -> None:
+    """Groups' targets are found at run time: the line counts the groups, not 0 targets."""
+    path = tmp_path / "config.yml"
+    group = "{group: %s, model: m, dns: {name: llm.test, type: A, port: 8000}}"
+    path.write_text(f"target_groups: [{group % 'a'}, {group % 'b'}]\n")
+    out = subprocess.run([*CLI, "check-config", str(path)], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"{path}: ok (0 static targets, 2 target groups)"]
