@@ -146,8 +146,18 @@ class Metrics:
             for result in ("pass", "fail"):
                 self.child(self.answer_checks, (*labels.with_mode("probe"), check.value, result))
 
-    def record(self, result: RequestResult, labels: Labels, mode: str, slo: Slo) -> bool:
-        """Observe one result; return whether it was good (within SLO).
+    def record(
+        self,
+        result: RequestResult,
+        labels: Labels,
+        mode: str,
+        slo: Slo,
+        *,
+        itl: bool = True,
+        phases: bool = True,
+    ) -> bool:
+        """Observe one result; return whether it was good (within SLO). `itl` and `phases`:
+        whether the target has those histograms (its `series:`).
 
         It never raises: a count outside [0, 2**53) or a duration that is negative or not
         finite (whatever a server sent, however the result was built) is left out, so one
@@ -170,9 +180,9 @@ class Metrics:
         for check in result.checks:
             verdict = "pass" if check.passed else "fail"
             child(self.answer_checks, (*key, check.check.value, verdict)).inc()
-        self._observe_latencies(result, key, exemplar)
+        self._observe_latencies(result, key, exemplar, itl)
         self._observe_stream(result, key)
-        if mode == "probe":
+        if mode == "probe" and phases:
             self._observe_phases(result, labels)
         good = timings.is_good(result, slo)
         if good:
@@ -208,12 +218,25 @@ class Metrics:
             self._by_target.pop(target, None)
         return len(gone)
 
+    def drop_families(self, target: str, *, itl: bool, phases: bool) -> int:
+        """Remove `target`'s ITL (`itl` False) and phase (`phases` False) series, a family its
+        `series:` turned off; returns how many."""
+        off = {m for m, on in ((self.itl, itl), (self.phase, phases)) if not on}
+        gone = [key for key in self._by_target.get(target, set()) if key[0] in off]
+        for metric, values in gone:
+            self._drop(metric, values)
+        return len(gone)
+
     def targets(self) -> set[str]:
         """The targets that have series now."""
         return set(self._by_target)
 
     def _observe_latencies(
-        self, r: RequestResult, key: tuple[str, str, str], exemplar: dict[str, str] | None
+        self,
+        r: RequestResult,
+        key: tuple[str, str, str],
+        exemplar: dict[str, str] | None,
+        itl: bool,
     ) -> None:
         child = self.child
         if _duration(first := timings.ttft(r)):
@@ -222,10 +245,11 @@ class Metrics:
             child(self.ttfo, key).observe(first_content, exemplar)
         if _duration(per_token := timings.tpot(r)):
             child(self.tpot, key).observe(per_token, exemplar)
-        gaps = timings.itl_gaps(r)
-        if gaps and not 0.0 <= min(gaps) <= max(gaps) < math.inf:  # stamps out of order
-            gaps = [gap for gap in gaps if 0.0 <= gap < math.inf]
-        observe_many(child(self.itl, key), gaps)
+        if itl:
+            gaps = timings.itl_gaps(r)
+            if gaps and not 0.0 <= min(gaps) <= max(gaps) < math.inf:  # stamps out of order
+                gaps = [gap for gap in gaps if 0.0 <= gap < math.inf]
+            observe_many(child(self.itl, key), gaps)
         if _duration(total := timings.e2e(r)):
             child(self.e2e, key).observe(total, exemplar)
         if _duration(prefill := r.server_prefill_seconds):

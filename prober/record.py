@@ -146,6 +146,8 @@ class Recorder:
     def describe(self, target: Target) -> None:
         """A target's configuration (SLOs, interval) and its probe outcomes at 0, at start."""
         self.metrics.describe_target(target.labels, target.slo, target.config.interval_seconds)
+        series = target.config.series
+        self.metrics.drop_families(target.name, itl=series.itl, phases=series.phases)
         self.metrics.expect_checks(target.labels, target.spec.checks.names)
         if target.config.cache_probe is not None:
             labels = target.labels
@@ -246,7 +248,10 @@ class Recorder:
         self, target: Target, result: RequestResult, mode: Mode, *, companion: bool = False
     ) -> None:
         labels = target.labels
-        good = self.metrics.record(result, labels, _METRIC_MODE[mode], target.slo)
+        series = target.config.series
+        good = self.metrics.record(
+            result, labels, _METRIC_MODE[mode], target.slo, itl=series.itl, phases=series.phases
+        )
         if mode is Mode.LOAD:
             return
         wall_end = self._wall_clock()

@@ -109,6 +109,14 @@ class TrafficConfig(_Strict):
         return int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
 
+class SeriesConfig(_Strict):
+    """Which optional histogram families a target has: on a large fleet, the two that cost
+    the most series per target can be turned off (docs/performance.md, "Fleet scale")."""
+
+    itl: bool = True  # llmprober_itl_seconds, every gap between streamed tokens
+    phases: bool = True  # llmprober_probe_phase_seconds, each phase of a probe
+
+
 class TargetConfig(_Strict):
     name: str
     url: str
@@ -157,6 +165,8 @@ class TargetConfig(_Strict):
     pair_share: Annotated[float, Field(ge=0, le=1)] = 0.5
     # Probes of this target in flight at once; a run due beyond it is skipped and counted.
     probes_in_flight: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    # The optional histogram families this target has (all by default).
+    series: SeriesConfig = SeriesConfig()
     # The engine state's window (docs/design.md §12): no token for this long while a request
     # waits is a stall. Unset: `stall_window_seconds`, long enough that a full engine is not
     # called stalled.

@@ -61,6 +61,7 @@ RESETS: Mapping[str, Effect] = {
     "probes_in_flight": Effect.SCHEDULE,
     "cache_probe": Effect.SCHEDULE,  # its job, by the same schedule
     "slo": Effect.DESCRIBE,
+    "series": Effect.DESCRIBE,  # a family turned off leaves at once; one turned on, at its use
     "timeouts": Effect.SPEC,
     "pair_share": Effect.SPEC,
     "stall_seconds": Effect.SPEC,  # read at each judgement of the engine's state

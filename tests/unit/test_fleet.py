@@ -47,6 +47,7 @@ ROWS: list[tuple[dict[str, Any], Effect]] = [
     ({"interval_seconds": 1800}, Effect.SCHEDULE),
     ({"probes_in_flight": 2}, Effect.SCHEDULE),
     ({"slo": {"ttft_seconds": 1.0}}, Effect.DESCRIBE),
+    ({"series": {"itl": False}}, Effect.DESCRIBE),
     ({"timeouts": {"connect_seconds": 1.0}}, Effect.SPEC),
     ({"pair_share": 0.1}, Effect.SPEC),
     ({"warmup": 2}, Effect.SPEC),
