@@ -5,7 +5,9 @@ daemon, bench and `probe` alike.
 Its modules, in the order a request goes through them:
 
     send      `stream_request`: one `RequestSpec` sent, one `RequestResult` back; every
-              fault an outcome (`classify`), never an exception
+              fault an outcome, never an exception
+    timeouts  a request's deadlines (`Timeouts`) and the one set of their defaults
+    classify  the outcome of a fault that ended an attempt, or of a status other than 200
     wire      the aiohttp client session: the send stamped as it is written, each read as
               its bytes arrive (`request_session`, `client_session` for the daemon)
     exchange  what one exchange may receive: its bounds, every byte counted against them
@@ -18,13 +20,8 @@ The rest of the prober imports the names below from here, and anything else from
 """
 
 from prober.kinds import Api
-from prober.request.send import (
-    BENCH_CONNECT_SECONDS,
-    DEFAULT_TIMEOUTS,
-    RequestSpec,
-    Timeouts,
-    stream_request,
-)
+from prober.request.send import RequestSpec, stream_request
+from prober.request.timeouts import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS, Timeouts
 
 __all__ = [
     "BENCH_CONNECT_SECONDS",

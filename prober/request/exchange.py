@@ -19,7 +19,7 @@ as aiohttp parses it, against four bounds:
 The head is parsed `HEAD_SLICE_BYTES` at a time and the rest `SLICE_BYTES` at a time, each
 slice checked before the next is parsed, so past a bound the exchange ends within one slice
 (a few hundred microseconds of parsing), whatever the size of the read that carried it.
-The end is `ResponseTooLarge`, a `protocol_error` in `send.py`.
+The end is `ResponseTooLarge`, a `protocol_error` in `classify.py`.
 
 The bounds are a request's: `send.py` opens a meter with them (`bounded`) around the
 call that sends it, and the protocol takes that meter when aiohttp begins the exchange on

@@ -32,7 +32,7 @@ from tests.support.hostile import hostile_server
 from tests.support.servers import bad_http_server, serve_app
 
 KEY_ENV = "LLMPROBER_TEST_CANARY_KEY"
-ERROR_CUT = 200  # request/send.py keeps this many characters of an error body
+ERROR_CUT = 200  # request/classify.py's `printable` keeps this many characters of an error body
 COMPLETION = "quokka-completion-canary"
 
 

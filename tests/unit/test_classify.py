@@ -1,4 +1,4 @@
-"""prober.request.send.classify: the outcome taxonomy as one pure function, table by table.
+"""prober.request.classify.classify: the outcome taxonomy as one pure function, table by table.
 
 Each row is a fault that ended an attempt and where the attempt stood; the verdict is an
 outcome and its error text, or `Next` (the stream's own verdict stands; a stale connection is
@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 
 from prober.request import Timeouts
+from prober.request.classify import FAULTS, Attempt, Next, Phase, classify, status_outcome
 from prober.request.exchange import ResponseTooLarge
-from prober.request.send import FAULTS, Attempt, Next, Phase, classify, status_outcome
 from prober.request.sse import StreamError
 from prober.request.stream import InStreamError
 from prober.result import Outcome
