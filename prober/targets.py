@@ -14,16 +14,18 @@ stream stamps its tokens as they arrive (the engine state reads it).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import aiohttp
 
 from prober.checks import NO_CHECKS, AnswerChecks, evaluate
+from prober.config.secrets import ProxyRoute
 from prober.logs import get_logger
 from prober.metrics import Labels
 from prober.prompts import PromptBuilder, SharedPrefix
@@ -57,6 +59,9 @@ class TargetSpec:
     timeouts: Timeouts
     keep_text: bool = False
     checks: AnswerChecks = NO_CHECKS  # judged on every probe's answer (`expect:`)
+    # The forward proxy (`proxy:` or the environment's), its credentials; None: direct.
+    proxy: str | None = None
+    proxy_headers: Mapping[str, str] = field(default_factory=dict)  # Proxy-Authorization
 
 
 def target_spec(
@@ -65,6 +70,7 @@ def target_spec(
     api_key: str | None,
     tls: ssl.SSLContext | bool,
     keep_text: bool = False,
+    proxy: ProxyRoute | None = None,
 ) -> TargetSpec:
     """The spec of a validated target config, from its inputs alone: no file or environment
     is read and nothing registered (`Target.from_config` reads the key, builds `tls`)."""
@@ -81,7 +87,18 @@ def target_spec(
         timeouts=cfg.timeouts.timeouts(),
         keep_text=keep_text,
         checks=cfg.expect.checks() if cfg.expect is not None else NO_CHECKS,
+        proxy=proxy.proxy.url if proxy is not None else None,
+        proxy_headers=MappingProxyType(proxy_authorization(proxy)),
     )
+
+
+def proxy_authorization(route: ProxyRoute | None) -> dict[str, str]:
+    """The `Proxy-Authorization` header of a route with credentials (basic), else none.
+    Its value is the registered "user:password" in base64, which `logs.redact` finds."""
+    if route is None or route.auth is None:
+        return {}
+    token = base64.b64encode(":".join(route.auth).encode()).decode()
+    return {"Proxy-Authorization": f"Basic {token}"}
 
 
 class Target:
@@ -100,8 +117,8 @@ class Target:
         target's secrets registered with it: `TargetConfig.read_secrets`; a config from
         `load_settings` was read there) and the CA file's TLS context. A `FieldError` where
         the key cannot be used."""
-        key, tls = cfg.read_secrets(), ssl_context(cfg)
-        return cls(target_spec(cfg, api_key=key, tls=tls, keep_text=keep_text))
+        key, tls, proxy = cfg.read_secrets(), ssl_context(cfg), cfg.read_proxy()
+        return cls(target_spec(cfg, api_key=key, tls=tls, keep_text=keep_text, proxy=proxy))
 
     def update(self, spec: TargetSpec) -> None:
         """Send with `spec` from the next request on: a reload that changed none of what makes
@@ -164,6 +181,8 @@ class Target:
             ssl=self.spec.ssl,
             keep_text=self.spec.keep_text,
             keep_answer=checks.needs_text,
+            proxy=self.spec.proxy,
+            proxy_headers=self.spec.proxy_headers,
             fresh_connection=self.config.connection == "fresh",
             activity=self.activity,
         )

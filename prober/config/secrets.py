@@ -2,7 +2,9 @@
 
 `register_secrets` registers the secret headers' values, reads the API key from the variable
 or file the target names, registers it before checking it (a rejected key must not be printed
-either) and returns it. `TargetConfig.read_secrets` calls it, once per target.
+either) and returns it. `proxy_route` does the same for the target's proxy: the credentials
+of `proxy.auth_env` or `proxy.auth_file`, or those inside a `HTTPS_PROXY`/`HTTP_PROXY` URL.
+`TargetConfig.read_secrets` calls both, once per target.
 """
 
 from __future__ import annotations
@@ -10,14 +12,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import yarl
+
 from prober.config.errors import FieldError
+from prober.config.proxy import ProxyChoice, ProxyConfig, resolve
 from prober.logs import register_secret
 from prober.validation import show
 
 _KEY = re.compile(r"[\x21-\x7e]+")  # one token of printable ASCII: what a header can carry
+_PROXY_AUTH = re.compile(r"[^:\x00-\x1f\x7f]+:[^\x00-\x1f\x7f]+")  # user:password, one line
 # Header names whose values are credentials wherever they appear (Azure's `api-key`, ...).
 SECRET_HEADER_NAMES = frozenset(
     {
@@ -75,15 +82,65 @@ def register_secrets(target: Credentials) -> str | None:
     return key
 
 
+@dataclass(frozen=True, slots=True)
+class ProxyRoute:
+    """The proxy a target's requests go through, and its credentials (user, password)."""
+
+    proxy: ProxyChoice
+    auth: tuple[str, str] | None = None
+
+
+def proxy_route(cfg: ProxyConfig, target_url: str) -> ProxyRoute | None:
+    """The target's proxy (None: direct), its credentials read and registered as secrets
+    before they are checked: the "user:password" of `auth_env` or `auth_file`, or what a
+    variable's URL holds. Faults are `FieldError`s naming `proxy.auth_env`,
+    `proxy.auth_file`, or `proxy` for a variable's value."""
+    try:
+        found = resolve(cfg, target_url)
+    except ValueError as exc:
+        raise FieldError("proxy", str(exc)) from None
+    if found is None:
+        return None
+    choice, given = found
+    if cfg.auth_env is not None:
+        where, field = f"environment variable {cfg.auth_env}", "proxy.auth_env"
+        value = os.environ.get(cfg.auth_env, "").strip()
+        if not value:
+            raise FieldError(field, f"{where} is unset")
+    elif cfg.auth_file is not None:
+        where, field = show(cfg.auth_file), "proxy.auth_file"
+        value = _read_secret_file(cfg.auth_file, field)
+    else:
+        url = yarl.URL(given)
+        if url.user is None:
+            return ProxyRoute(choice)
+        register_secret(given)
+        user, password = url.user, url.password or ""
+        for secret in (f"{user}:{password}", password, url.raw_user or "", url.raw_password or ""):
+            register_secret(secret)
+        return ProxyRoute(choice, (user, password))
+    register_secret(value)
+    user, _, password = value.partition(":")
+    register_secret(password)
+    if not _PROXY_AUTH.fullmatch(value):  # never echo the value
+        raise FieldError(field, f"the credentials in {where} are not one line of user:password")
+    return ProxyRoute(choice, (user, password))
+
+
 def _read_key_file(path: Path) -> str:
+    return _read_secret_file(path, "api_key_file")
+
+
+def _read_secret_file(path: Path, field: str) -> str:
+    """A credential file's text, stripped; a `FieldError` naming `field` where it has none."""
     try:
         value = path.read_bytes().decode("utf-8").strip()
     except OSError as exc:
-        raise FieldError("api_key_file", f"cannot read {show(path)}: {exc.strerror}") from None
+        raise FieldError(field, f"cannot read {show(path)}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise FieldError("api_key_file", f"{show(path)} is not text (binary file?)") from None
+        raise FieldError(field, f"{show(path)} is not text (binary file?)") from None
     if not value:
-        raise FieldError("api_key_file", f"{show(path)} is empty")
+        raise FieldError(field, f"{show(path)} is empty")
     return value
 
 

@@ -25,7 +25,8 @@ from pydantic import (
 
 from prober.config.cacheprobe import CacheProbeConfig
 from prober.config.expect import ExpectConfig
-from prober.config.secrets import register_secrets
+from prober.config.proxy import ProxyConfig
+from prober.config.secrets import ProxyRoute, proxy_route, register_secrets
 from prober.config.urls import check_url
 from prober.kinds import Api, Connection, Engine
 from prober.loadconfig import LoadConfig
@@ -146,6 +147,9 @@ class TargetConfig(_Strict):
     api_key_prefix: str | None = None
     slo: SloConfig = SloConfig()
     tls: TlsConfig = TlsConfig()
+    # The forward proxy its requests go through: `url`, or HTTPS_PROXY / HTTP_PROXY / NO_PROXY
+    # unless `from_env: false` (`config.proxy`).
+    proxy: ProxyConfig = ProxyConfig()
     extra_body: dict[str, Any] = Field(default_factory=dict)
     metrics_url: str | None = None
     engine: Engine | None = None
@@ -174,6 +178,7 @@ class TargetConfig(_Strict):
     # A prefix sent twice every `interval_seconds`, a miss then a hit: the prefix cache's gain.
     cache_probe: CacheProbeConfig | None = None
     _api_key: str | None = PrivateAttr(default=None)
+    _proxy: ProxyRoute | None = PrivateAttr(default=None)
     _secrets_read: bool = PrivateAttr(default=False)
 
     def read_secrets(self) -> str | None:
@@ -181,12 +186,19 @@ class TargetConfig(_Strict):
 
         `load_settings` reads them after validation, so `run` sends with the key it checked;
         a target built without a file (bench, probe) is read by `Target.from_config`. A
-        `FieldError` names `api_key_env` or `api_key_file`.
+        `FieldError` names `api_key_env` or `api_key_file` (or a `proxy` field: the proxy
+        and its credentials are read with the key, `proxy_route`).
         """
         if not self._secrets_read:
             self._api_key = register_secrets(self)
+            self._proxy = proxy_route(self.proxy, self.url)
             self._secrets_read = True
         return self._api_key
+
+    def read_proxy(self) -> ProxyRoute | None:
+        """The proxy its requests go through (None: direct), read with the secrets."""
+        self.read_secrets()
+        return self._proxy
 
     @property
     def stall_window_seconds(self) -> float:

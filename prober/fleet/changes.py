@@ -38,6 +38,7 @@ RESETS: Mapping[str, Effect] = {
     "model": Effect.ENDPOINT,
     "api": Effect.ENDPOINT,
     "tls": Effect.ENDPOINT,
+    "proxy": Effect.ENDPOINT,  # another way in: a pool through the old proxy is not reused
     "connection": Effect.ENDPOINT,
     "headers": Effect.ENDPOINT,
     "secret_headers": Effect.ENDPOINT,
@@ -72,13 +73,14 @@ RESETS: Mapping[str, Effect] = {
 
 def effects(old: TargetConfig, new: TargetConfig) -> set[Effect]:
     """What changing `old` into `new` restarts; empty where every key is equal. The API
-    key's content counts as its source does (a rotated key file is a new way in)."""
+    key's content counts as its source does (a rotated key file is a new way in), and so do
+    the proxy and its credentials as read (the environment's, a rotated auth file)."""
     keys = [key for key in type(old).model_fields if getattr(old, key) != getattr(new, key)]
     # A key the table does not know yet restarts everything: never less than it needs.
     found = {RESETS.get(key, Effect.ENDPOINT) for key in keys}
     if (old.load is None) != (new.load is None):  # the estimate's basis changes with it
         found.discard(Effect.LOAD)
         found.add(Effect.ESTIMATE)
-    if old.read_secrets() != new.read_secrets():
+    if old.read_secrets() != new.read_secrets() or old.read_proxy() != new.read_proxy():
         found.add(Effect.ENDPOINT)
     return found
