@@ -40,6 +40,7 @@ class Attempt:
     total_reached: bool  # the total deadline had passed
     may_retry: bool  # a first attempt whose connection failed within the stale window
     timeouts: Timeouts
+    proxy: str = ""  # the forward proxy it went through (no credentials), or ""
 
 
 class Next(StrEnum):
@@ -69,8 +70,13 @@ def classify(fault: BaseException, at: Attempt) -> tuple[Outcome, str] | Next:
         return _timeout(fault, at)
     if isinstance(fault, InStreamError):
         return Outcome.HTTP_5XX, f"server error in stream: {fault}"
+    if isinstance(fault, aiohttp.ClientProxyConnectionError) and at.proxy:
+        return Outcome.CONNECT_ERROR, f"cannot connect to proxy {at.proxy}: {fault.os_error}"
     if isinstance(fault, aiohttp.ClientConnectorError):
         return Outcome.CONNECT_ERROR, f"cannot connect: {fault}"
+    if isinstance(fault, aiohttp.ClientHttpProxyError) and at.proxy:  # CONNECT answered non-2xx
+        refusal = f"HTTP {fault.status} {printable(str(fault.message))}"
+        return Outcome.CONNECT_ERROR, f"proxy {at.proxy} refused the tunnel: {refusal}"
     if isinstance(fault, aiohttp.ClientResponseError):
         # An unparsable status line or header block. Never repr() it: its request_info holds
         # the request headers, credentials included.

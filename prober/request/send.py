@@ -3,8 +3,8 @@ session), the only modules that stream completions (`capacity.server` scrapes en
 the same session).
 
 `stream_request` never raises for server or network faults: every fault becomes an outcome
-(docs/design.md §3). Only cancellation propagates. Stamps are taken before any parsing, so
-JSON decoding never inflates a latency.
+(docs/design.md §3; which one is `classify`'s, the deadlines `timeouts`'). Only cancellation
+propagates. Stamps are taken before any parsing, so JSON decoding never inflates a latency.
 
 With a session from `wire.request_session` (the daemon's, the bench's), `t_send` is when the
 request is written and each read is stamped when the loop received its bytes from the socket
@@ -23,49 +23,38 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from enum import StrEnum
 from typing import Any
 
 import aiohttp
 from multidict import CIMultiDict
 
 from prober.kinds import Api
-from prober.logs import printable_line, safe_line
+from prober.logs import safe_line
 from prober.request import debug
 from prober.request.activity import StreamActivity
 from prober.request.body import BodyReader, stream_bounds
-from prober.request.exchange import ExchangeMeter, ResponseTooLarge, bounded
+from prober.request.classify import (
+    FAULTS,
+    Attempt,
+    Next,
+    Phase,
+    classify,
+    printable,
+    status_outcome,
+)
+from prober.request.exchange import ExchangeMeter, bounded
 from prober.request.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
-from prober.request.stream import InStreamError, StreamState, answer_chars, max_events, max_lines
+from prober.request.stream import StreamState, answer_chars, max_events, max_lines
+from prober.request.timeouts import DEFAULT_TIMEOUTS, Timeouts
 from prober.request.wire import SendStamp, arrival_clock, request_session
 from prober.result import ConnectionFacts, Outcome, RequestResult
 
 _ERROR_BODY_BYTES = 2048
 _ERROR_BODY_SECONDS = 1.0  # an error body that trickles is cut here, not at the deadline
-_ERROR_CHARS = 200
 _RESULT_ERROR_CHARS = 300  # a prefix ("server error in stream: ") and a 200-character quote
 _STALE_WITHIN_SECONDS = 0.25
 _READ_BUFSIZE = 16 * 1024
 MAX_RETRY_AFTER_SECONDS = 86_400.0
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    connect_seconds: float
-    first_token_seconds: float
-    idle_seconds: float
-    total_seconds: float
-
-
-# The one set of defaults: a target's `timeouts:` section (settings.TimeoutsConfig), bench's
-# `--timeout` (first token and total: the total's) and `probe --timeout` (the first token's)
-# take theirs from here.
-DEFAULT_TIMEOUTS = Timeouts(
-    connect_seconds=5.0, first_token_seconds=60.0, idle_seconds=30.0, total_seconds=300.0
-)
-# bench's `--connect-timeout`, shorter than a target's: an unreachable server fails the sweep's
-# pre-flight, and bench exits 1, within it (a daemon's probe is retried at its next run).
-BENCH_CONNECT_SECONDS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,106 +106,6 @@ def request_body(spec: RequestSpec) -> dict[str, Any]:
         body["stream_options"] = {"include_usage": True}
     body.update(spec.extra_body)
     return body
-
-
-class Phase(StrEnum):
-    """Where an attempt stands: it decides what a timeout or a broken connection means."""
-
-    CONNECT = "connect"  # no response yet
-    FIRST_TOKEN = "first_token"  # a status line, no token yet
-    STREAMING = "streaming"  # a token came: a deadline now is the total's or a stall
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """Where an attempt stood when a fault ended it: all `classify` reads besides the fault."""
-
-    phase: Phase
-    stream_done: bool  # the stream had reached its end (`[DONE]`, a finish, `done: true`)
-    total_reached: bool  # the total deadline had passed
-    may_retry: bool  # a first attempt whose connection failed within the stale window
-    timeouts: Timeouts
-    proxy: str = ""  # the forward proxy it went through (no credentials), or ""
-
-
-class Next(StrEnum):
-    """What an attempt does with a fault that is no outcome of its own."""
-
-    CONCLUDE = "conclude"  # the stream had ended before it: the stream's own verdict stands
-    RETRY = "retry"  # a pooled connection the server was closing: send once more
-
-
-# Invalid JSON (ValueError, with StreamError and InStreamError) or an event of the wrong shape.
-_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
-# Every fault an attempt turns into an outcome; anything else (cancellation) propagates.
-FAULTS = (TimeoutError, aiohttp.ClientError, OSError, *_MALFORMED)
-
-
-def classify(fault: BaseException, at: Attempt) -> tuple[Outcome, str] | Next:
-    """The outcome of a fault (one of `FAULTS`) that ended an attempt, and its error text
-    (docs/design.md §3). Pure; the kinds are tested in the order they nest (a certificate
-    failure is a connector error and a ValueError; aiohttp's connect timeout a TimeoutError)."""
-    if isinstance(fault, ResponseTooLarge):  # past a bound of the exchange: cut, closed
-        if at.stream_done:  # what came after the end went past it
-            return Next.CONCLUDE
-        return Outcome.PROTOCOL_ERROR, f"response cut: {fault}"
-    if isinstance(fault, TimeoutError):
-        if at.stream_done:  # the deadline fell while reading past the end
-            return Next.CONCLUDE
-        return _timeout(fault, at)
-    if isinstance(fault, InStreamError):
-        return Outcome.HTTP_5XX, f"server error in stream: {fault}"
-    if isinstance(fault, aiohttp.ClientProxyConnectionError) and at.proxy:
-        return Outcome.CONNECT_ERROR, f"cannot connect to proxy {at.proxy}: {fault.os_error}"
-    if isinstance(fault, aiohttp.ClientConnectorError):
-        return Outcome.CONNECT_ERROR, f"cannot connect: {fault}"
-    if isinstance(fault, aiohttp.ClientHttpProxyError) and at.proxy:  # CONNECT answered non-2xx
-        refusal = f"HTTP {fault.status} {_printable(str(fault.message))}"
-        return Outcome.CONNECT_ERROR, f"proxy {at.proxy} refused the tunnel: {refusal}"
-    if isinstance(fault, aiohttp.ClientResponseError):
-        # An unparsable status line or header block. Never repr() it: its request_info holds
-        # the request headers, credentials included.
-        return Outcome.PROTOCOL_ERROR, f"invalid HTTP response: {_printable(str(fault.message))}"
-    if isinstance(fault, _MALFORMED):
-        return Outcome.PROTOCOL_ERROR, f"malformed stream: {_describe(fault)}"
-    if at.stream_done:
-        return Next.CONCLUDE
-    if at.phase is not Phase.CONNECT:
-        return Outcome.PROTOCOL_ERROR, f"connection broke mid-body: {_describe(fault)}"
-    # Connected (connect failures are ClientConnectorError, above), then the server closed or
-    # reset it before a status line. A stale pooled connection fails at once: retried; a
-    # server that does it to a fresh one too answered badly.
-    if isinstance(fault, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
-        if at.may_retry:
-            return Next.RETRY
-        return Outcome.PROTOCOL_ERROR, f"connection closed before a response: {_describe(fault)}"
-    return Outcome.CONNECT_ERROR, f"connection failed: {_describe(fault)}"
-
-
-def _timeout(fault: TimeoutError, at: Attempt) -> tuple[Outcome, str]:
-    timeouts = at.timeouts
-    # aiohttp's own connect timeout; every other TimeoutError is our deadline expiring.
-    if isinstance(fault, aiohttp.ConnectionTimeoutError):
-        return Outcome.TIMEOUT_CONNECT, f"no connection in {timeouts.connect_seconds}s"
-    # Before the first token the first-token deadline decides, also when it equals the total
-    # (`probe --timeout`); only a total shorter than it makes this timeout_total.
-    waiting = at.phase is not Phase.STREAMING
-    if waiting and timeouts.first_token_seconds <= timeouts.total_seconds:
-        return Outcome.TIMEOUT_FIRST_TOKEN, f"no token in {timeouts.first_token_seconds}s"
-    if at.total_reached or waiting:
-        return Outcome.TIMEOUT_TOTAL, f"no end in {timeouts.total_seconds}s"
-    return Outcome.STALLED, f"no event for {timeouts.idle_seconds}s"
-
-
-def status_outcome(status: int) -> Outcome:
-    """The outcome of an answer whose status is not 200 (a 3xx is never followed)."""
-    if status == 429:
-        return Outcome.HTTP_429
-    if 400 <= status < 500:
-        return Outcome.HTTP_4XX
-    if status >= 500:
-        return Outcome.HTTP_5XX
-    return Outcome.PROTOCOL_ERROR
 
 
 async def stream_request(
@@ -451,7 +340,7 @@ class _Exchange:
         if 300 <= status < 400:
             # Not followed: a 302 would turn the POST into a GET elsewhere, a 307 re-send the
             # prompt (and headers) to wherever the server points.
-            location = _printable(resp.headers.get("Location", ""))
+            location = printable(resp.headers.get("Location", ""))
             message = f"HTTP {status} redirect (not followed) to {location!r}"
             return self.finish(Outcome.PROTOCOL_ERROR, message, status)
         message = f"HTTP {status}: {await _error_snippet(resp)}"
@@ -466,12 +355,6 @@ class _Exchange:
         return self.finish(status_outcome(status), message, status, retry_after_seconds=retry_after)
 
 
-def _describe(exc: BaseException) -> str:
-    """Type and message of an exception on one line, never its repr (which may carry
-    request headers)."""
-    return _printable(f"{type(exc).__name__}: {exc}", 300)
-
-
 def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:
     if spec.api is Api.OLLAMA:
         return LineSplitter(spec.max_line_bytes)
@@ -481,12 +364,7 @@ def _reader(spec: RequestSpec) -> SSEParser | LineSplitter:
 def _compressed(resp: aiohttp.ClientResponse) -> str:
     """The body's content coding when it is not identity (shown cut and printable), else ""."""
     coding = resp.headers.get("Content-Encoding", "").strip()
-    return "" if coding.lower() in ("", "identity") else _printable(coding, 40)
-
-
-def _printable(text: str, limit: int = _ERROR_CHARS) -> str:
-    """`text` on one line, printable, at most `limit` characters (`logs.printable_line`)."""
-    return printable_line(text, limit)
+    return "" if coding.lower() in ("", "identity") else printable(coding, 40)
 
 
 async def _error_snippet(resp: aiohttp.ClientResponse) -> str:
@@ -500,7 +378,7 @@ async def _error_snippet(resp: aiohttp.ClientResponse) -> str:
                 body += chunk
     except (TimeoutError, aiohttp.ClientError, OSError):
         pass
-    return _printable(body[:_ERROR_BODY_BYTES].decode(errors="replace"))
+    return printable(body[:_ERROR_BODY_BYTES].decode(errors="replace"))
 
 
 def parse_retry_after(value: str | None) -> float | None:
