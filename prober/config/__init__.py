@@ -6,6 +6,8 @@
 - `discovery`: the group's source sections (`file_sd`, `http_sd`, `dns`) and what an address is;
 - `server`: the `server:`, `logging:` and `shard:` sections;
 - `urls`: what a target's URL may be;
+- `expect`: a target's answer checks (`expect:`), compiled and checked at load;
+- `proxy`: a target's forward proxy (`proxy:`, or the environment's `HTTPS_PROXY` ...);
 - `secrets`: the one place a target's credentials are read and registered;
 - `sources`: the YAML file and the `LLMPROBER_*` environment as pydantic-settings sources;
 - `model`: the whole `Settings` and `load_settings`, which validates it once.

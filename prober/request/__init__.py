@@ -14,6 +14,7 @@ Its modules, in the order a request goes through them:
     body      the response body, pushed from the connection's callbacks into the decoding
     sse       SSE framing, and the line splitting of Ollama's NDJSON
     stream    the decoded stream's counts and stamps (`StreamState`), which build the result
+    jsonparse the events' JSON, bounded (`loads`: orjson when installed)
 
 The rest of the prober imports the names below from here, and anything else from its module
 (`prober.request.wire.client_session`).
