@@ -31,6 +31,7 @@ them is followed by the next run.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import random
 import time
@@ -282,14 +283,18 @@ class ProbeScheduler:
         prefix = SharedPrefix((self._rng.getrandbits(63),), words)
         session = self._sessions[name]
 
-        async def send(t_ns: int) -> RequestResult:
+        async def send(t_ns: int, prompts: PromptBuilder) -> RequestResult:
             return await target.send(
                 session, t_ns, prompt_tokens=cache.prefix_tokens, max_tokens=1,
-                prompts=builder, prefix=prefix, probe=False,
+                prompts=prompts, prefix=prefix, probe=False,
             )  # fmt: skip
 
-        miss = await send(t_sched_ns)
-        hit = await send(time.perf_counter_ns()) if miss.ok else None
+        # The hit is built by the calibration as it was for the miss, so its text is the
+        # miss's to the word: an engine with sliding-window attention (llama-server on Gemma 3)
+        # reuses a slot's cache only for a prompt that differs at its very end.
+        as_before = copy.copy(builder)
+        miss = await send(t_sched_ns, builder)
+        hit = await send(time.perf_counter_ns(), as_before) if miss.ok else None
         self._recorder.record_cache_probe(target, miss, hit)
 
     async def _probe(self, name: str) -> None:

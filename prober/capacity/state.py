@@ -80,7 +80,8 @@ class EngineWatch:
         self.activity = activity
         self._clock_ns = clock_ns
         self._seen: deque[_Seen] = deque(maxlen=_KEPT)
-        self._counter: float | None = None
+        self._counter: float | None = None  # the last reading that succeeded
+        self.counter_read = False  # whether the last scrape read it
         self._moved_ns: int | None = None  # the last reading at which the counter had grown
 
     def finished(self, result: RequestResult, wait: float | None = None) -> None:
@@ -91,10 +92,14 @@ class EngineWatch:
 
     def counter(self, value: float | None) -> None:
         """A reading of the engine's progress counter; None: the scrape failed or the engine
-        exports none. A counter that fell is an engine that restarted: no movement."""
-        now = self._clock_ns()
-        if value is not None and self._counter is not None and value > self._counter:
-            self._moved_ns = now
+        exports none. Movement is against the last reading that succeeded, so one failed
+        scrape between two good ones (a busy engine answers its /metrics late) loses none.
+        A counter that fell is an engine that restarted: no movement."""
+        self.counter_read = value is not None
+        if value is None:
+            return
+        if self._counter is not None and value > self._counter:
+            self._moved_ns = self._clock_ns()
         self._counter = value
 
     def judge(
@@ -120,7 +125,7 @@ class EngineWatch:
         waiting = oldest is not None and oldest <= since
         waited = [s for s in seen if s.outcome in WAITED]
         if waiting or waited:
-            counter = "not read" if self._counter is None else "still"
+            counter = "still" if self.counter_read else "not read"
             what = (
                 f"a request open for {(now - oldest) / _NS:.0f} s"
                 if waiting and oldest is not None

@@ -289,3 +289,19 @@ def test_cache_probe_records_miss_and_hit_apart() -> None:
     ttft = "llmprober_cache_probe_ttft_seconds_sum"
     assert registry.get_sample_value(ttft, {**labels, "result": "miss"}) == pytest.approx(0.8)
     assert registry.get_sample_value(ttft, {**labels, "result": "hit"}) == pytest.approx(0.1)
+
+
+def test_a_failed_scrape_between_two_good_ones_loses_no_movement() -> None:
+    w, activity, clock = watch()
+    activity.begin(clock())
+    w.counter(100.0)
+    clock.advance(6)
+    w.counter(None)  # a busy engine answered its /metrics too late
+    clock.advance(5)
+    w.counter(120.0)
+    assert judge(w) is EngineState.OK
+    clock.advance(11)
+    w.counter(None)
+    verdict = w.judge(STALL, SLO_TTFT)
+    assert verdict.state is EngineState.STALLED
+    assert "counter not read" in verdict.reason
