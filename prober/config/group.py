@@ -4,8 +4,10 @@
 api, slo, slots, traffic, load, timeouts, headers, api_key_env...), with templates in place
 of `name`, `url` and `metrics_url`, beside the group's own keys: `group`, exactly one source
 (`file_sd`, `http_sd` or `dns`, `prober.config.discovery`), `labels` (the discovery labels
-that reach `llmprober_target_info`) and `remove_after_seconds`. A template's placeholders are
-`{group}`, `{address}` (`host:port` as the source gave it), `{host}` and `{port}`; each
+that reach `llmprober_target_info`), `remove_after_seconds` and `gateway` (the static target
+in front of the group's replicas, its router; `Settings` checks that it names one). A
+template's placeholders are `{group}`, `{address}` (`host:port` as the source gave it),
+`{host}` and `{port}`; each
 template is checked when the configuration loads by expanding it for a sample address, so a
 group that loads makes valid targets of every valid address. `target(address)` makes one: a
 `TargetConfig` validated as a static target is.
@@ -35,7 +37,9 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 # A Prometheus label name, not one of the prober's own (`__` names are Prometheus's).
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-RESERVED_LABELS = frozenset({"target", "group", "address", "model", "mode", "job", "instance"})
+RESERVED_LABELS = frozenset(
+    {"target", "group", "address", "gateway", "model", "mode", "job", "instance"}
+)
 _TEMPLATES = ("name", "url", "metrics_url")
 _SOURCES = ("file_sd", "http_sd", "dns")
 
@@ -66,6 +70,9 @@ class TargetGroupConfig(TargetConfig):
     dns: DnsConfig | None = None
     labels: Annotated[list[str], Field(max_length=32)] = Field(default_factory=list)
     remove_after_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 60.0
+    # The static target that routes to this group's replicas: its info series carries
+    # `group` and `gateway="true"`, so its TTFT is read beside theirs (the router's share).
+    gateway: str | None = None
 
     # These two replace TargetConfig's checks of the same names: here they are templates.
     @field_validator("url", "metrics_url")
@@ -86,6 +93,13 @@ class TargetGroupConfig(TargetConfig):
     def _group(cls, value: str) -> str:
         if not _GROUP.fullmatch(value):
             raise ValueError(wrong("1-64 of letters, digits, '_', '.', ':', '-'", value))
+        return value
+
+    @field_validator("gateway")
+    @classmethod
+    def _gateway(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_name(value)
         return value
 
     @field_validator("labels")

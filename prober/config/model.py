@@ -60,6 +60,25 @@ class Settings(BaseSettings):
         return groups
 
     @model_validator(mode="after")
+    def _gateways_are_static_targets(self) -> Self:
+        """A group's `gateway` names a static target, the gateway of no other group: its one
+        info series carries the group (docs/design.md §10)."""
+        static = {t.name for t in self.targets}
+        taken: dict[str, str] = {}
+        for i, group in enumerate(self.target_groups):
+            name = group.gateway
+            if name is None:
+                continue
+            if name not in static:
+                problem = f"names no target of targets: (a gateway is a static target): {name!r}"
+                raise field_error(f"target_groups[{i}].gateway", problem, name)
+            if name in taken:
+                problem = f"{name!r} is already the gateway of group {taken[name]!r}"
+                raise field_error(f"target_groups[{i}].gateway", problem, name)
+            taken[name] = group.group
+        return self
+
+    @model_validator(mode="after")
     def _something_to_probe(self) -> Self:
         if not self.targets and not self.target_groups:
             problem = "at least one target is required (or a target_groups entry)"

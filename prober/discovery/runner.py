@@ -330,4 +330,5 @@ class Discovery(Collector):
         groups = [(g.name, counts[g.name], g.errors, g.last_refresh) for g in self._groups]
         owned = {name: config for name, config in self._desired.items() if self.owns(name)}
         members: Mapping[str, Member] = self._members
-        yield from families(owned, members, groups)
+        gateways = {g.config.gateway: g.name for g in self._groups if g.config.gateway}
+        yield from families(owned, members, groups, gateways)

@@ -1,7 +1,8 @@
 """The discovery series, made at scrape time from what the runner keeps.
 
 `llmprober_target_info` (one per target this replica probes: `target`, `group` — empty for a
-static target —, `address`, and the labels its group declares), `llmprober_discovery_targets`
+static target, but a group's `gateway` has that group and `gateway="true"` —, `address`, and
+the labels its group declares), `llmprober_discovery_targets`
 (a group's targets on this shard), `llmprober_discovery_errors_total{group, reason}` (every
 reason from 0) and `llmprober_discovery_last_refresh_timestamp_seconds` (the last good answer).
 """
@@ -9,6 +10,7 @@ reason from 0) and `llmprober_discovery_last_refresh_timestamp_seconds` (the las
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 
 import yarl
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -26,14 +28,17 @@ def families(
     targets: Mapping[str, TargetConfig],
     members: Mapping[str, Member],
     groups: Sequence[GroupCounts],
+    gateways: Mapping[str, str] = MappingProxyType({}),
 ) -> Iterator[Metric]:
     """The four families: `targets` are those this replica reports an info series for,
-    `members` the discovered ones among them (by name)."""
+    `members` the discovered ones among them (by name), `gateways` the group each static
+    gateway routes to (by its name)."""
     # Its labels beyond the spec's are each group's declared ones: a family without a fixed
     # label set, its samples added whole.
     info = GaugeMetricFamily(specs.TARGET_INFO.name, specs.TARGET_INFO.help)
     for name, config in targets.items():
-        info.add_sample(specs.TARGET_INFO.name, _info(name, config, members.get(name)), 1.0)
+        labels = _info(name, config, members.get(name), gateways.get(name))
+        info.add_sample(specs.TARGET_INFO.name, labels, 1.0)
     yield info
     count = specs.gauge_family(specs.DISCOVERY_TARGETS)
     errors = specs.counter_family(specs.DISCOVERY_ERRORS)
@@ -47,7 +52,12 @@ def families(
     yield from (count, errors, refreshed)
 
 
-def _info(name: str, config: TargetConfig, member: Member | None) -> dict[str, str]:
+def _info(
+    name: str, config: TargetConfig, member: Member | None, gateway_of: str | None
+) -> dict[str, str]:
+    if member is None and gateway_of is not None:  # the router in front of a group
+        return {"target": name, "group": gateway_of, "address": address_of(config.url),
+                "gateway": "true"}  # fmt: skip
     if member is None:
         return {"target": name, "group": "", "address": address_of(config.url)}
     return {"target": name, "group": member.group, "address": member.address,

@@ -300,6 +300,40 @@ async def test_the_runner_hands_over_changes_debounced_and_exports_its_series() 
 STATIC_INFO = {"target": "local", "group": "", "address": "127.0.0.1:1"}
 
 
+def test_a_gateway_names_one_static_target_of_one_group(tmp_path: Path) -> None:
+    other = {**group(), "group": "h", "gateway": "local"}
+    assert problems(
+        tmp_path, {"targets": [STATIC], "target_groups": [{**group(), "gateway": "nope"}]}
+    ) == [
+        "target_groups[0].gateway: names no target of targets: (a gateway is a static target):"
+        " 'nope'"
+    ]
+    twice = {"targets": [STATIC], "target_groups": [{**group(), "gateway": "local"}, other]}
+    assert problems(tmp_path, twice) == [
+        "target_groups[1].gateway: 'local' is already the gateway of group 'g'"
+    ]
+    assert problems(tmp_path, {**twice, "target_groups": [other]}) == []
+    labels = {**group(), "labels": ["gateway"]}
+    assert problems(tmp_path, {"target_groups": [labels]}) == [
+        "target_groups[0].labels: gateway is a label of the prober's own series"
+    ]
+
+
+async def test_a_gateway_s_info_series_names_its_group() -> None:
+    config = {**group(), "gateway": "local"}
+    discovery = Discovery(
+        settings_of(config), Recording(), sources=lambda _: Scripted(found(8000, zone="a"))
+    )
+    registry = CollectorRegistry()
+    registry.register(discovery)
+    await discovery.start()
+    await discovery.stop()
+    sample = registry.get_sample_value
+    assert sample("llmprober_target_info", {**STATIC_INFO, "group": "g", "gateway": "true"}) == 1
+    replica = {"target": "g/127.0.0.1:8000", "group": "g", "address": "127.0.0.1:8000", "zone": "a"}
+    assert sample("llmprober_target_info", replica) == 1
+
+
 async def test_a_source_down_at_start_starts_without_it() -> None:
     source = Scripted(Fetched(None, (Fault(Reason.DNS, "llm.test: SERVFAIL"),)))
     fleet = Recording()

@@ -1,0 +1,272 @@
+"""A fleet of failing targets beside a healthy one (issue 38 item 6): is the daemon still there?
+
+    .venv/bin/python bench/failing_fleet.py [--targets 200] [--seconds 20] [--baseline]
+        [--profile FILE]
+
+Processes: the simulator (the healthy target's engine), the failing server (this file,
+`--failing-server`: each target's path picks one way of failing: `blackhole`, a listener
+whose backlog is full so a connect never completes; `drip`, a 200 head then one byte every
+0.5 s; `slow_lines`, an SSE content line every 2 s; `keepalive`, an SSE comment every 0.1 s
+and never a token; every connection ends after 30 s), and a worker running the daemon's app
+(`prober.web.build_app` on uvloop, as `llm-prober run`) with the healthy target (a probe every
+1 s, Poisson load at 2/s) and `--targets` failing ones, spread evenly over the four ways,
+each with a probe every 1 s and load at 2/s and the default timeouts. This process asks the
+worker's `/-/healthy` every 20 ms and its `/metrics` every 1 s.
+
+Printed: `/-/healthy` p50 / p99 / max, `/metrics` p50 / p99 / max (ms), the healthy
+target's TTFT p50 / p99 / max (ms, the prober's own stamps, probes and load), the failing
+targets' requests by outcome, the worker's CPU share, and how long the app's shutdown took
+(`runner.cleanup()`, the drain SIGTERM starts, grace 2 s). `--baseline` runs the healthy target
+alone first. Goals: `/-/healthy` p99 <= 100 ms, `/metrics` p99 <= 1 s, TTFT within 2x the
+baseline, shutdown within the grace + 2 s. `--profile FILE` writes the worker's cProfile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from perf_common import (
+    PYTHON,
+    ROOT,
+    Sim,
+    emit,
+    fast_sim_args,
+    fmt,
+    free_port,
+    pct,
+    set_loop,
+    tune_gc,
+    wait_http,
+)
+
+sys.path.insert(0, str(ROOT))  # the worker runs the tree this file is in, not an installed one
+SETTLE_SECONDS = 3.0
+GRACE_SECONDS = 2.0
+WAYS = ("blackhole", "drip", "slow_lines", "keepalive")
+HOLD_SECONDS = 30.0  # the failing server ends every connection after this
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
+LINE = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+
+
+def target(name: str, url: str) -> dict[str, Any]:
+    return {
+        "name": name, "url": url, "model": "sim", "interval_seconds": 1, "jitter_seconds": 0.5,
+        "warmup": 0, "max_tokens": 16, "load": {"rate": 2, "max_tokens": 16, "seed": 1},
+    }  # fmt: skip
+
+
+# -- the failing server ------------------------------------------------------------------------
+
+
+async def serve_failing(port: int) -> None:
+    """`drip`, `slow_lines` and `keepalive` on `port`; a full-backlog listener for blackhole."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(0)
+    fillers = []
+    for _ in range(8):  # fill the backlog: later connects never complete
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(("127.0.0.1", hole.getsockname()[1]))
+        fillers.append(s)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await asyncio.wait_for(reader.readexactly(length), 10)
+            way = head.split(b" ")[1].split(b"/")[1].decode()
+            deadline = time.monotonic() + HOLD_SECONDS
+            writer.write(HEAD)
+            piece, gap = {
+                "drip": (b":", 0.5), "slow_lines": (LINE, 2.0), "keepalive": (b": ka\n\n", 0.1),
+            }[way]  # fmt: skip
+            while time.monotonic() < deadline:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(gap)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, KeyError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port, backlog=4096)
+    print(hole.getsockname()[1], flush=True)
+    async with server:
+        await asyncio.Event().wait()
+
+
+# -- the worker: the daemon's app --------------------------------------------------------------
+
+
+async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
+    from aiohttp import web
+
+    from prober.logs import setup_logging
+    from prober.settings import Settings
+    from prober.timings import ttft
+    from prober.web import FLEET, build_app
+
+    targets = [target("healthy", ns.sim_url)]
+    for i in range(ns.targets):
+        way = WAYS[i % len(WAYS)]
+        port = ns.hole_port if way == "blackhole" else ns.failing_port
+        targets.append(target(f"{way}-{i}", f"http://127.0.0.1:{port}/{way}/v1"))
+    settings = Settings.model_validate(
+        {"server": {"listen": f"127.0.0.1:{ns.port}", "grace_seconds": GRACE_SECONDS},
+         "logging": {"level": "error"}, "targets": targets}
+    )  # fmt: skip
+    setup_logging("json", "error")
+    app = build_app(settings)
+    seen: list[tuple[str, float, str, float | None]] = []
+    recorder = app[FLEET].recorder
+    record = recorder.record
+
+    def noting(t: Any, result: Any, mode: Any) -> None:
+        seen.append((t.name, time.monotonic(), result.outcome.value, ttft(result)))
+        record(t, result, mode)
+
+    recorder.record = noting  # type: ignore[method-assign]
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", ns.port).start()
+    tune_gc()
+    profile = cProfile.Profile() if ns.profile else None
+    await asyncio.sleep(SETTLE_SECONDS)
+    start = time.monotonic()
+    cpu0 = time.process_time()
+    if profile:
+        profile.enable()
+    await asyncio.sleep(ns.seconds)
+    if profile:
+        profile.disable()
+        profile.dump_stats(ns.profile)
+    cpu = (time.process_time() - cpu0) / ns.seconds
+    await asyncio.sleep(0.5)  # the pings end first
+    t0 = time.monotonic()
+    await runner.cleanup()
+    shutdown = time.monotonic() - t0
+    measured = [x for x in seen if start <= x[1] <= start + ns.seconds]
+    healthy = [x[3] * 1e3 for x in measured if x[0] == "healthy" and x[3] is not None]
+    failing = Counter(x[2] for x in measured if x[0] != "healthy")
+    return {"ttft_ms": healthy, "failing": dict(failing), "cpu_share": cpu,
+            "shutdown_s": shutdown}  # fmt: skip
+
+
+# -- this process ------------------------------------------------------------------------------
+
+
+async def ask(port: int, path: str, every: float, seconds: float) -> list[float]:
+    import aiohttp
+
+    url = f"http://127.0.0.1:{port}{path}"
+    times: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    await resp.read()
+                times.append((time.perf_counter() - t0) * 1e3)
+            except (aiohttp.ClientError, TimeoutError):
+                times.append(10_000.0)
+            await asyncio.sleep(every)
+    return times
+
+
+async def watch(port: int, seconds: float) -> tuple[list[float], list[float]]:
+    await asyncio.sleep(SETTLE_SECONDS)
+    return await asyncio.gather(ask(port, "/-/healthy", 0.02, seconds),
+                                ask(port, "/metrics", 1.0, seconds))  # fmt: skip
+
+
+def run(ns: argparse.Namespace, sim: Sim, targets: int, ports: tuple[int, int]) -> dict[str, Any]:
+    port = free_port()
+    out = Path(f"/tmp/llmprober-fleet-run-{port}.json")
+    args = [PYTHON, __file__, "--worker", "--port", str(port), "--sim-url", sim.url,
+            "--targets", str(targets), "--failing-port", str(ports[0]), "--hole-port",
+            str(ports[1]), "--seconds", str(ns.seconds), "--out", str(out)]  # fmt: skip
+    if ns.profile and targets:
+        args += ["--profile", ns.profile]
+    proc = subprocess.Popen(args, cwd=ROOT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/healthy")
+        # Asked a second less than the worker measures: none falls in its shutdown.
+        healthy, metrics = asyncio.run(watch(port, ns.seconds - 1))
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    result = dict(json.loads(out.read_text()))
+    out.unlink()
+    result["healthy_ms"], result["metrics_ms"] = healthy, metrics
+    return result
+
+
+def line(label: str, values: list[float]) -> str:
+    if not values:
+        return f"{label}: none"
+    return (f"{label}: n={len(values)} p50 {fmt(pct(values, 50))} p99 {fmt(pct(values, 99))}"
+            f" max {fmt(max(values))} ms")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--baseline", action="store_true")
+    parser.add_argument("--profile", help="write the worker's cProfile here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--failing-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sim-url", help=argparse.SUPPRESS)
+    parser.add_argument("--failing-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--hole-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    ns = parser.parse_args()
+    if ns.failing_server:
+        asyncio.run(serve_failing(ns.port))
+        return
+    if ns.worker:
+        set_loop("uvloop")
+        emit(asyncio.run(daemon(ns)), ns.out)
+        return
+    failing_port = free_port()
+    server = subprocess.Popen([PYTHON, __file__, "--failing-server", "--port", str(failing_port)],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None
+        ports = (failing_port, int(server.stdout.readline()))
+        with Sim(fast_sim_args()) as sim:
+            runs = {"baseline": run(ns, sim, 0, ports)} if ns.baseline else {}
+            runs["fleet"] = run(ns, sim, ns.targets, ports)
+    finally:
+        server.terminate()
+        server.wait(10)
+    for name, r in runs.items():
+        print(f"{name} ({ns.targets if name == 'fleet' else 0} failing targets, {ns.seconds:g} s):")
+        print("  " + line("/-/healthy", r["healthy_ms"]))
+        print("  " + line("/metrics", r["metrics_ms"]))
+        print("  " + line("healthy TTFT", r["ttft_ms"]))
+        print(f"  failing outcomes {r['failing']}; worker CPU {r['cpu_share']:.0%};"
+              f" shutdown {r['shutdown_s']:.2f} s (grace {GRACE_SECONDS:g} s)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
