@@ -276,6 +276,66 @@ def vllm_panels() -> list[tuple[Panel, int, int]]:
     ]
 
 
+# A target's group, joined from its info series (docs/design.md §10): one per target, `max`
+# keeping one where several prober replicas export it. `group!=""` leaves static targets out;
+# a group's gateway has its group too, so it is drawn beside its replicas.
+IN_GROUP = (
+    "* on (target) group_left (group) max by (target, group) "
+    '(llmprober_target_info{target=~"$target", group=~"$group", group!=""})'
+)
+
+
+def by_replica(metric: str, quant: str, sel: str = SEL_MODE) -> dict[str, Any]:
+    """One target's quantile of `metric`, labelled with its group."""
+    expr = (
+        f"histogram_quantile({quant}, sum by (target, le) (rate({metric}_bucket{{{sel}}}[{RI}])))"
+        f" {IN_GROUP}"
+    )
+    return q(expr, "{{group}} {{target}}", "A")
+
+
+def replica_panels() -> list[tuple[Panel, int, int]]:
+    """The targets of a group (`target_groups:`) side by side, one line each."""
+    errors = (
+        f"(sum by (target) (rate(llmprober_requests_total{{{SEL_MODE}, "
+        f'outcome!~"ok|cancelled"}}[{RI}])) / sum by (target) (rate(llmprober_requests_total'
+        f'{{{SEL_MODE}, outcome!="cancelled"}}[{RI}]))) {IN_GROUP}'
+    )
+    waiting = (
+        f'max by (target) (llmprober_queue_depth{{{SEL}, source="server", state="waiting"}}) '
+        f"{IN_GROUP}"
+    )
+    group = 'group=~"$group"'
+    return [
+        (row("Replicas: the targets of a group side by side"), 24, 1),
+        (timeseries("TTFT p95 by replica", [by_replica("llmprober_ttft_seconds", "0.95")], "s",
+                    "One line per target of the group (and its gateway, where the group names "
+                    "one): a replica far above the rest is sick or holds a longer queue."),
+         8, 8),
+        (timeseries("TPOT p95 by replica", [by_replica("llmprober_tpot_seconds", "0.95")], "s",
+                    "Decode time per token by replica: a slower GPU, or a fuller batch."), 8, 8),
+        (timeseries("Queue wait p95 by replica",
+                    [by_replica("llmprober_queue_wait_seconds", "0.95", SEL)], "s",
+                    "Estimated queue wait by replica: a router that spreads badly shows here "
+                    "first."), 8, 8),
+        (timeseries("Error ratio by replica", [q(errors, "{{group}} {{target}}", "A")],
+                    "percentunit", "Failed requests / all (cancelled left out) by replica.",
+                    max_=1), 8, 8),
+        (timeseries("Engine's waiting requests by replica",
+                    [q(waiting, "{{group}} {{target}}", "A")], "short",
+                    "The engine's own count of waiting requests, where its metrics_url is "
+                    "scraped (metrics_url: on the group)."), 8, 8),
+        (timeseries("Group spread and the router's share", [
+            q(f"llmprober:group_ttft_p95_seconds:max{{{group}}}", "{{group}} slowest p95", "A"),
+            q(f"llmprober:group_ttft_p95_seconds:min{{{group}}}", "{{group}} fastest p95", "B"),
+            q(f"llmprober:group_router_ttft_p50_seconds:diff{{{group}}}", "{{group}} router",
+              "C"),
+        ], "s", "The slowest and fastest replica's TTFT p95 over 5m; router: the gateway's "
+           "TTFT p50 minus the replicas' median p50, the time the gateway adds (groups with "
+           "gateway: only)."), 8, 8),
+    ]
+
+
 def capacity_panels() -> list[tuple[Panel, int, int]]:
     th = keda_thresholds()
     q_th, in_th, ttft_th = th["queue-waiting"], th["in-system"], th["ttft-p95"]
@@ -375,7 +435,7 @@ def overview() -> dict[str, Any]:
     """How the endpoints feel to users: latency, goodput, outcomes, traffic, queue."""
     panels = (
         latency_panels() + outcome_and_traffic_panels() + stream_panels()
-        + queue_and_health_panels() + vllm_panels()
+        + queue_and_health_panels() + vllm_panels() + replica_panels()
     )  # fmt: skip
     return dashboard(
         "llm-prober-overview",
@@ -383,6 +443,7 @@ def overview() -> dict[str, Any]:
         "How OpenAI-compatible LLM endpoints feel to users, measured by llm-prober.",
         layout(panels),
         with_mode=True,
+        with_group=True,
     )
 
 

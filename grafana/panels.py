@@ -230,7 +230,7 @@ def variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
-def templating(with_mode: bool) -> dict[str, Any]:
+def templating(with_mode: bool, with_group: bool = False) -> dict[str, Any]:
     variables: list[dict[str, Any]] = [
         {
             "type": "datasource",
@@ -249,11 +249,18 @@ def templating(with_mode: bool) -> dict[str, Any]:
     variables.append(variable("model", "Model", f"label_values({scoped}, model)"))
     if with_mode:
         variables.append(variable("mode", "Mode", f"label_values({scoped}, mode)"))
+    if with_group:  # the groups of `target_groups:`, from the targets' info series
+        variables.append(variable("group", "Group", "label_values(llmprober_target_info, group)"))
     return {"list": variables}
 
 
 def dashboard(
-    uid: str, title: str, description: str, panels: list[Panel], with_mode: bool
+    uid: str,
+    title: str,
+    description: str,
+    panels: list[Panel],
+    with_mode: bool,
+    with_group: bool = False,
 ) -> dict[str, Any]:
     return {
         "uid": uid,
@@ -293,6 +300,6 @@ def dashboard(
                 "url": "https://github.com/llm-prober/llm-prober/blob/main/docs/runbook.md",
             }
         ],
-        "templating": templating(with_mode),
+        "templating": templating(with_mode, with_group),
         "panels": panels,
     }

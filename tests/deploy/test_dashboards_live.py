@@ -3,7 +3,9 @@ loading the shipped rules). Every dashboard query and every recording rule must 
 
 The daemon probes two targets on one simulator: `sim` (probes every second plus 2 req/s of
 Poisson load) and `strained`, which exists so that the event-driven series exist too (an E2E
-SLO, an unreachable metrics_url, load that its in-flight cap must drop).
+SLO, an unreachable metrics_url, load that its in-flight cap must drop); and a target group,
+`replicas`, found in a file_sd file that names the same simulator by two addresses, with
+`sim` as its gateway, so the Replicas row and the group rules have a group to show.
 
 Runs only where the daemon exists (`prober.cli`) and Prometheus is installed
 (scripts/setup-prometheus.sh); takes about a minute.
@@ -11,6 +13,7 @@ Runs only where the daemon exists (`prober.cli`) and Prometheus is installed
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +38,9 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     tmp = tmp_path_factory.mktemp("live")
     sim_port, daemon_port, prom_port, dead_port = (free_port() for _ in range(4))
     sim = f"http://127.0.0.1:{sim_port}"
+    replicas = tmp / "replicas.json"
+    addresses = [f"127.0.0.1:{sim_port}", f"localhost:{sim_port}"]
+    replicas.write_text(json.dumps([{"targets": addresses}]))
     config = {
         "server": {"listen": f"127.0.0.1:{daemon_port}"},
         "targets": [
@@ -57,6 +63,16 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 "slo": {"e2e_seconds": 30},
                 "load": {"rate": 5.0, "max_in_flight": 1},
             },
+        ],
+        "target_groups": [
+            {
+                "group": "replicas",
+                "model": "sim",
+                "interval_seconds": 1,
+                "metrics_url": "http://{address}/metrics",
+                "file_sd": {"files": [str(replicas)]},
+                "gateway": "sim",
+            }
         ],
     }
     prom_config = {

@@ -111,13 +111,15 @@ def test_rules_reference_only_contract_metrics() -> None:
 
 
 def test_aggregations_keep_target_and_model() -> None:
-    """Sharded replicas are only summed correctly when every aggregation keeps both labels."""
+    """Sharded replicas are only summed correctly when every aggregation keeps both labels;
+    a group's rules (`llmprober:group_…`) compare its targets, and keep `group` instead."""
     for name, expr in recording_rules().items():
         if name == "llmprober:goodput_slo:objective":
             continue
-        for group in re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", expr):
+        kept = {"group"} if name.startswith("llmprober:group_") else {"target", "model"}
+        for group in re.findall(r"\b(?:sum|max|min|avg|quantile) by \(([^)]*)\)", expr):
             labels = {label.strip() for label in group.split(",")}
-            assert {"target", "model"} <= labels, f"{name}: by ({group})"
+            assert kept <= labels, f"{name}: by ({group})"
 
 
 def test_alerts_have_severity_and_annotations() -> None:

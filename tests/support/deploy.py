@@ -173,11 +173,11 @@ def dashboard_exprs(name: str) -> list[str]:
 
 # --- dashboard queries as Prometheus runs them: Grafana's variables substituted ------------
 def substitute(expr: str, *, interval: str = "15s", range_: str = "1h") -> str:
-    """`expr` with Grafana's variables replaced: every target, model and mode; `interval` for
+    """`expr` with Grafana's variables replaced: every target, model, mode and group; `interval` for
     `$__interval`, `range_` for `$__range` (a live test scrapes every second over minutes)."""
     values = {
         "${datasource}": "prometheus", "$__rate_interval": "1m", "$__interval": interval,
-        "$__range": range_, "$target": ".*", "$model": ".*", "$mode": ".*",
+        "$__range": range_, "$target": ".*", "$model": ".*", "$mode": ".*", "$group": ".*",
     }  # fmt: skip
     for var, value in values.items():
         expr = expr.replace(var, value)
