@@ -255,6 +255,12 @@ SERVER_SCRAPE_ERRORS = _target(
     "llmprober_server_scrape_errors_total", Kind.COUNTER,
     "Failed scrapes of the engine's own /metrics.",
 )  # fmt: skip
+SERVER_SAMPLES_REJECTED = MetricSpec(
+    "llmprober_server_samples_rejected_total", Kind.COUNTER,
+    "Scrapes of the engine's own /metrics in which a quantity (waiting, running, kv_usage, "
+    "completed, lengths) had a sample out of its range: dropped, never exported.",
+    (*TARGET_LABELS, "quantity"),
+)  # fmt: skip
 QUEUE_WAIT = MetricSpec(
     "llmprober_queue_wait_seconds", Kind.HISTOGRAM,
     "Estimated queue wait per request (TTFT − prefill).", TARGET_LABELS, TTFT_BUCKETS,
@@ -377,7 +383,7 @@ SPECS: tuple[MetricSpec, ...] = (
     TOKEN_SOURCE, ANSWER_CHECKS, TOKENS,
     PROBE_SUCCESS, LAST_PROBE, PROBE_INTERVAL, SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_TTFO,
     PROBE_SKIPPED, LOAD_IN_FLIGHT, LOAD_TARGET_RATE, LOAD_DROPPED, LOAD_STOPPED,
-    SERVER_SCRAPE_ERRORS,
+    SERVER_SCRAPE_ERRORS, SERVER_SAMPLES_REJECTED,
     QUEUE_WAIT, QUEUE_DEPTH, QUEUE_ESTIMATE_BASIS, QUEUE_DRAIN_RATE, QUEUE_DRAIN_BASIS,
     ENGINE_SLOTS, SATURATION, ENGINE_STATE,
     SERVER_KV_CACHE_USAGE, CACHE_PROBE_TTFT, CACHE_PROBE, STAMPING_INFO, EXPOSITION_FALLBACK,

@@ -109,6 +109,7 @@ class Metrics:
         self.load_dropped = counter(specs.LOAD_DROPPED, registry)
         self.load_ended = counter(specs.LOAD_STOPPED, registry)
         self.server_scrape_errors = counter(specs.SERVER_SCRAPE_ERRORS, registry)
+        self.server_samples_rejected = counter(specs.SERVER_SAMPLES_REJECTED, registry)
         self.queue_wait = histogram(specs.QUEUE_WAIT, registry)
         self.cache_probe_ttft = histogram(specs.CACHE_PROBE_TTFT, registry)
         self.cache_probe = counter(specs.CACHE_PROBE, registry)

@@ -110,8 +110,9 @@ def confirmed(result: RequestResult, prefix_tokens: int) -> str:
 
 
 class ScrapeRecorder:
-    """Counts a target's failed engine scrapes for its `TargetCapacity.watch`: a writer apart
-    from `Recorder`, since each capacity is built with it before the recorder that holds them."""
+    """Counts a target's failed engine scrapes, and the quantities its scrapes dropped a
+    sample of as out of range, for its `TargetCapacity.watch`: a writer apart from
+    `Recorder`, since each capacity is built with it before the recorder that holds them."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -119,6 +120,11 @@ class ScrapeRecorder:
     def scrape_failed(self, target: Target) -> None:
         labels = target.labels
         self.metrics.child(self.metrics.server_scrape_errors, (labels.target, labels.model)).inc()
+
+    def samples_rejected(self, target: Target, quantities: tuple[str, ...]) -> None:
+        labels, rejected = target.labels, self.metrics.server_samples_rejected
+        for quantity in quantities:
+            self.metrics.child(rejected, (labels.target, labels.model, quantity)).inc()
 
 
 class Recorder:

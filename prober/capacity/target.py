@@ -76,6 +76,8 @@ class ScrapeRecord(Protocol):
 
     def scrape_failed(self, target: Target) -> None: ...
 
+    def samples_rejected(self, target: Target, quantities: tuple[str, ...]) -> None: ...
+
 
 class TargetCapacity:
     """One target's queue estimate, fed by its probes and load, and its engine's own figures.
@@ -250,6 +252,8 @@ class TargetCapacity:
     def _keep(self, snap: ServerSnapshot, at: float) -> None:
         self.snapshot = snap
         self.state.counter(snap.progress_total)
+        if snap.rejected:
+            self._scrapes.samples_rejected(self.target, snap.rejected)
         if snap.waiting and snap.running:
             self._server_full = max(self._server_full, round(snap.running))
         if snap.completed_total is not None:

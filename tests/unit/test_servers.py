@@ -41,16 +41,31 @@ def fixture_text(name: str) -> str:
 # Each fixture's header comment states the same expectations, so a reader can check both.
 EXPECTED = {
     "vllm": ServerSnapshot(
-        Engine.vllm, 5.0, 3.0, 0.006595822645657723, 11.0, TokenTotals(11.0, 426.0, 132.0),
+        Engine.vllm,
+        5.0,
+        3.0,
+        0.006595822645657723,
+        11.0,
+        TokenTotals(11.0, 426.0, 132.0),
         progress_total=154.0,
     ),
     "llamacpp": ServerSnapshot(Engine.llamacpp, 7.0, 4.0, None, None, progress_total=349.0),
     "sglang": ServerSnapshot(
-        Engine.sglang, 5.0, 12.0, 0.63, 3517.0, TokenTotals(3517.0, 7.41416e6, 1.837764e6),
+        Engine.sglang,
+        5.0,
+        12.0,
+        0.63,
+        3517.0,
+        TokenTotals(3517.0, 7.41416e6, 1.837764e6),
         progress_total=1.837764e6,
     ),
     "tgi": ServerSnapshot(
-        Engine.tgi, 6.0, 4.0, None, 2178.0, TokenTotals(2178.0, 3239038.0, 1008696.0),
+        Engine.tgi,
+        6.0,
+        4.0,
+        None,
+        2178.0,
+        TokenTotals(2178.0, 3239038.0, 1008696.0),
         progress_total=97633.0,
     ),
 }
@@ -355,6 +370,10 @@ async def server() -> AsyncIterator[MetricsServer]:
             await response.write(line)
         return response
 
+    async def hostile(_: web.Request) -> web.Response:
+        text = "vllm:num_requests_waiting -5\nvllm:num_requests_running 1e308\n"
+        return web.Response(text=text + "vllm:kv_cache_usage_perc 0.5\n")
+
     async def slow(_: web.Request) -> web.Response:
         await asyncio.wait_for(release.wait(), timeout=5)
         return web.Response(text=fixture_text("vllm"))
@@ -366,6 +385,7 @@ async def server() -> AsyncIterator[MetricsServer]:
     app.router.add_get("/html", html)
     app.router.add_get("/slow", slow)
     app.router.add_get("/huge", huge)
+    app.router.add_get("/hostile", hostile)
     runner = web.AppRunner(app, shutdown_timeout=1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -494,3 +514,29 @@ async def test_a_watched_scrape_that_fails_is_counted_and_drops_the_snapshot(
     await asyncio.gather(watch, return_exceptions=True)
     assert errors() == 1.0
     assert cap.snapshot is None
+
+
+async def test_a_watched_scrape_with_out_of_range_samples_counts_them_and_keeps_the_rest(
+    server: MetricsServer, session: aiohttp.ClientSession
+) -> None:
+    metrics = Metrics(CollectorRegistry())
+    cfg = TargetConfig(
+        name="t", url="http://127.0.0.1:1/v1", model="m", metrics_url=f"{server.base}/hostile"
+    )
+    cap = TargetCapacity(Target.from_config(cfg), ScrapeRecorder(metrics))
+    watch = asyncio.create_task(cap.watch(session))
+
+    def rejected(quantity: str) -> float | None:
+        labels = {"target": "t", "model": "m", "quantity": quantity}
+        return metrics.registry.get_sample_value("llmprober_server_samples_rejected_total", labels)
+
+    for _ in range(500):  # the first scrape, at once; the next only after 5 s
+        if cap.snapshot is not None:
+            break
+        await asyncio.sleep(0.01)
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+    assert (rejected("waiting"), rejected("running"), rejected("kv_usage")) == (1.0, 1.0, None)
+    assert cap.snapshot is not None
+    assert (cap.snapshot.waiting, cap.snapshot.running) == (None, None)
+    assert cap.snapshot.kv_usage_ratio == 0.5
