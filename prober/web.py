@@ -43,7 +43,7 @@ from collections.abc import AsyncIterator, Iterable
 from aiohttp import web
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 
-from prober.discovery import Discovery
+from prober.fleet.compose import Discovery
 from prober.fleet.fleet import Fleet
 from prober.fleet.reload import ConfigSource, Reloader
 from prober.metrics import Metrics

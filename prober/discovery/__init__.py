@@ -5,16 +5,17 @@
 - `files`, `http`, `dns`: the three sources (`FileSd`, `HttpSd`, `DnsSd`);
 - `state`: a group's addresses across refreshes (`remove_after_seconds`) and `merge`, the
   one set `static ∪ discovered` keyed by target name, name clashes resolved;
-- `runner`: `Discovery`, the one composer of the set the fleet runs (at start, when a group's
-  answer changes it, and at a reload, handed the new configuration), one refresh loop per
-  group, the targets of a group filtered to this replica's shard before they are built;
 - `series`: the discovery series, made at scrape time.
+
+`Discovery`, the one composer of the set the fleet runs (at start, when a group's answer
+changes it, and at a reload, handed the new configuration), one refresh loop per group, the
+targets of a group filtered to this replica's shard before they are built, sits above this
+package and the fleet's: `prober.fleet.compose`.
 
 The configuration of a group is `prober.config.group.TargetGroupConfig`; docs/design.md
 ("Discovery") says why each choice was made.
 """
 
-from prober.discovery.runner import Discovery, make_source
 from prober.discovery.source import Discovered, Fault, Fetched, Reason, Source
 
-__all__ = ["Discovered", "Discovery", "Fault", "Fetched", "Reason", "Source", "make_source"]
+__all__ = ["Discovered", "Fault", "Fetched", "Reason", "Source"]

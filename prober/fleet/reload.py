@@ -24,7 +24,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from prober import metric_specs as specs
-from prober.discovery.runner import Discovery
+from prober.fleet.compose import Discovery
 from prober.fleet.fleet import Applied
 from prober.logs import get_logger
 from prober.metric_specs import gauge

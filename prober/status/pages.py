@@ -13,7 +13,7 @@ import jinja2
 from aiohttp import web
 
 from prober import __version__
-from prober.discovery import Discovery
+from prober.fleet.compose import Discovery
 from prober.fleet.fleet import Fleet
 from prober.fleet.reload import Reloader
 from prober.status.view import Sources, index_names, page_view

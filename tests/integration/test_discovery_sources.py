@@ -16,11 +16,12 @@ import pytest
 from aiohttp import web
 
 from prober.config.discovery import DnsConfig, FileSdConfig, HttpSdConfig
-from prober.discovery import Discovery, Fetched, Reason
+from prober.discovery import Fetched, Reason
 from prober.discovery.dns import DnsSd
 from prober.discovery.files import FileSd
 from prober.discovery.http import HttpSd
 from prober.discovery.source import MAX_BYTES
+from prober.fleet.compose import Discovery
 from prober.settings import Settings
 from tests.support.dnsmasq import Dnsmasq, dnsmasq
 from tests.support.fleets import Recording

@@ -14,9 +14,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from prober.config.group import TargetGroupConfig
-from prober.discovery import Discovered, Discovery, Fault, Fetched, Reason
+from prober.discovery import Discovered, Fault, Fetched, Reason
 from prober.discovery.source import MAX_LABEL_CHARS, MAX_TARGETS, parse_groups
 from prober.discovery.state import GroupState, merge
+from prober.fleet.compose import Discovery
 from prober.fleet.fleet import Applied
 from prober.settings import ConfigError, Settings, TargetConfig, load_settings
 from tests.support.fleets import Recording
