@@ -163,12 +163,12 @@ INVALID = [
     ),
     pytest.param(
         TARGET + "    load: {rate: 0}\n",
-        ["targets[0].load.rate: must be greater than 0, got 0"],
+        ["targets[0].load.rate: must be at least 1e-05, got 0"],
         id="load-rate-zero",
     ),
     pytest.param(
         TARGET + "    load: {rate: -1.5}\n",
-        ["targets[0].load.rate: must be greater than 0, got -1.5"],
+        ["targets[0].load.rate: must be at least 1e-05, got -1.5"],
         id="load-rate-negative",
     ),
     pytest.param(
