@@ -9,8 +9,8 @@ levels' own (`ratio_interval`, independent samples), and
   (more load bought less than that, beyond the noise);
 - throughput *rose*: the lower bound is above 1 and the upper bound reaches 1 + the gain (a
   rise the intervals show, and not known to be small);
-- throughput *fell*: the upper bound is below 1 − KNEE_THROUGHPUT_GAIN (a fall of more than
-  that, beyond the noise);
+- throughput *fell*: the upper bound is below 1 and the ratio itself below
+  1 − KNEE_THROUGHPUT_GAIN (a fall beyond the noise, and of more than that);
 - TTFT *rose*: the TTFT p50 ratio's lower bound is above 1 and the ratio itself at least
   1 + KNEE_TTFT_RISE;
 - an open-loop level fell *behind* its arrivals: its served throughput's upper bound is
@@ -109,7 +109,7 @@ def behind(level: Summary) -> bool:
 
 
 def fell(r: Ratio | None) -> bool:
-    return r is not None and r[2] < 1 - KNEE_THROUGHPUT_GAIN
+    return r is not None and r[2] < 1 and r[0] < 1 - KNEE_THROUGHPUT_GAIN
 
 
 def _gain(r: Ratio) -> dict[str, Any]:
@@ -120,9 +120,9 @@ def _rule() -> str:
     return (
         f"first level whose TTFT p50 rose over the level before (by {KNEE_TTFT_RISE:.0%} or "
         f"more, its interval above 1) while request throughput grew < "
-        f"{KNEE_THROUGHPUT_GAIN:.0%} (the gain's interval below it, not below "
-        f"-{KNEE_THROUGHPUT_GAIN:.0%}) or, in an open loop, fell behind its arrivals, and no "
-        "later level's throughput rose over either"
+        f"{KNEE_THROUGHPUT_GAIN:.0%} (the gain's interval below it; a fall of more than "
+        f"{KNEE_THROUGHPUT_GAIN:.0%} beyond the noise is none) or, in an open loop, fell behind "
+        "its arrivals, and no later level's throughput rose over either"
     )
 
 
