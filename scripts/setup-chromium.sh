@@ -7,16 +7,7 @@
 # CHROMEDRIVER=<path> on its last lines. scripts/test runs it beside the other apt steps: each
 # apt step waits for apt's lock and is tried again.
 set -euo pipefail
-apt() {  # apt ARGS...: apt-get as root (sudo where needed), waiting for its lock, 3 tries
-  local sudo="" try
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  for try in 1 2 3; do
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=120 "$@" >/dev/null \
-      && return 0
-    sleep $((try * 5))
-  done
-  return 1
-}
+. "$(dirname "$0")/apt.sh"  # apt: apt-get with its lock waited for, tried again
 if ! command -v chromium >/dev/null || [ ! -x /usr/bin/chromedriver ]; then
   apt update
   apt install -y --no-install-recommends chromium chromium-driver fonts-dejavu-core
