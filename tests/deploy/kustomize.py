@@ -10,16 +10,14 @@ tests/deploy/test_layouts.py can run them on the shipped layouts and on broken c
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.deploy import K8S_DIR, ROOT, dashboard_queries, run
+from tests.support.deploy import K8S_DIR, dashboard_queries, run, set_up_path
 
 # Included by the layouts, never applied alone.
 FRAGMENTS = frozenset({"api-key-secret", "prometheus-rule"})
@@ -54,20 +52,7 @@ def kustomize_files(folder: Path) -> set[Path]:
 
 
 def kubectl_path() -> Path | None:
-    env = os.environ.get("KUBECTL")
-    if env:
-        return Path(env)
-    script = ROOT / "scripts" / "setup-kustomize.sh"
-    if not script.exists():
-        return None
-    try:
-        out = run(["bash", script], timeout=300)
-    except subprocess.TimeoutExpired:
-        return None
-    for line in reversed(out.stdout.splitlines()):
-        if line.startswith("KUBECTL="):
-            return Path(line.split("=", 1)[1].strip())
-    return None
+    return set_up_path("KUBECTL", "setup-kustomize.sh")
 
 
 def render(kubectl: Path, folder: Path) -> list[dict[str, Any]]:

@@ -148,21 +148,27 @@ def venv_tool(name: str) -> Path | None:
     return Path(found) if found else None
 
 
-def prometheus_bin_dir() -> Path | None:
-    env = os.environ.get("PROMETHEUS_BIN")
+def set_up_path(variable: str, script: str) -> Path | None:
+    """The path in `variable`, else the one the set-up `script` (scripts/NAME) prints as
+    `VARIABLE=PATH` on a line of its own (it installs the tool first where it is missing)."""
+    env = os.environ.get(variable)
     if env:
         return Path(env)
-    script = ROOT / "scripts" / "setup-prometheus.sh"
-    if not script.exists():
+    path = ROOT / "scripts" / script
+    if not path.exists():
         return None
     try:
-        out = run(["bash", script], timeout=300)
+        out = run(["bash", path], timeout=300)
     except subprocess.TimeoutExpired:
         return None
     for line in reversed(out.stdout.splitlines()):
-        if line.startswith("PROMETHEUS_BIN="):
+        if line.startswith(f"{variable}="):
             return Path(line.split("=", 1)[1].strip())
     return None
+
+
+def prometheus_bin_dir() -> Path | None:
+    return set_up_path("PROMETHEUS_BIN", "setup-prometheus.sh")
 
 
 def dashboard_exprs(name: str) -> list[str]:
