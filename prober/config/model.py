@@ -44,19 +44,13 @@ class Settings(BaseSettings):
     @field_validator("targets")
     @classmethod
     def _unique_names(cls, targets: list[TargetConfig]) -> list[TargetConfig]:
-        names = [t.name for t in targets]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"target names must be unique, repeated: {', '.join(dupes)}")
+        _unique("target", [t.name for t in targets])
         return targets
 
     @field_validator("target_groups")
     @classmethod
     def _unique_groups(cls, groups: list[TargetGroupConfig]) -> list[TargetGroupConfig]:
-        names = [g.group for g in groups]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"group names must be unique, repeated: {', '.join(dupes)}")
+        _unique("group", [g.group for g in groups])
         return groups
 
     @model_validator(mode="after")
@@ -176,3 +170,9 @@ def _secrets_problem(where: str, target: TargetConfig) -> str:
     except FieldError as exc:
         return f"{where}.{exc.field}: {exc.message}"
     return ""
+
+
+def _unique(what: str, names: list[str]) -> None:
+    """ValueError naming the repeated ones where `names` are not unique."""
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise ValueError(f"{what} names must be unique, repeated: {', '.join(dupes)}")
