@@ -21,9 +21,10 @@ from prober.record import ANSWER_LOG_CHARS, Mode, Recorder
 from prober.request.sse import SSEParser
 from prober.request.stream import ANSWER_CHARS_PER_TOKEN, StreamState, answer_chars
 from prober.result import Check, CheckResult, Outcome, RequestResult
-from prober.settings import ConfigError, TargetConfig, load_settings
+from prober.settings import TargetConfig, load_settings
 from prober.targets import Target
 from prober.timings import Slo, is_good
+from tests.support.config_faults import file_problems
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # tests/unit/conftest.py
 
@@ -33,11 +34,7 @@ SLO = Slo(ttft_seconds=10.0, tpot_seconds=10.0)
 
 
 def problems(tmp_path: Path, extra: str) -> list[str]:
-    path = tmp_path / "config.yml"
-    path.write_text(TARGET + extra)
-    with pytest.raises(ConfigError) as info:
-        load_settings(path)
-    return info.value.problems
+    return file_problems(tmp_path, TARGET + extra)
 
 
 @pytest.mark.parametrize(

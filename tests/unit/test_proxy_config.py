@@ -9,8 +9,9 @@ import pytest
 
 from prober.config.proxy import ProxyConfig, bypassed, resolve
 from prober.logs import redact
-from prober.settings import ConfigError, TargetConfig, load_settings
+from prober.settings import TargetConfig
 from prober.targets import Target, proxy_authorization
+from tests.support.config_faults import file_problems
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # tests/unit/conftest.py
 TARGET = "targets:\n  - name: a\n    url: http://x/v1\n    model: m\n"
@@ -24,11 +25,7 @@ def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def problems(tmp_path: Path, extra: str) -> list[str]:
-    path = tmp_path / "config.yml"
-    path.write_text(TARGET + extra)
-    with pytest.raises(ConfigError) as info:
-        load_settings(path)
-    return info.value.problems
+    return file_problems(tmp_path, TARGET + extra)
 
 
 @pytest.mark.parametrize(
