@@ -40,6 +40,7 @@ from perf_common import (
     PYTHON,
     ROOT,
     Sim,
+    ask,
     emit,
     fast_sim_args,
     fmt,
@@ -169,25 +170,6 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- this process ------------------------------------------------------------------------------
-
-
-async def ask(port: int, path: str, every: float, seconds: float) -> list[float]:
-    import aiohttp
-
-    url = f"http://127.0.0.1:{port}{path}"
-    times: list[float] = []
-    async with aiohttp.ClientSession() as session:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            t0 = time.perf_counter()
-            try:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                    await resp.read()
-                times.append((time.perf_counter() - t0) * 1e3)
-            except (aiohttp.ClientError, TimeoutError):
-                times.append(10_000.0)
-            await asyncio.sleep(every)
-    return times
 
 
 async def watch(port: int, seconds: float) -> tuple[list[float], list[float]]:

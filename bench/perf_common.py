@@ -417,3 +417,26 @@ async def serve_app(app: Any) -> AsyncIterator[int]:
         yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
+
+
+async def ask(
+    port: int, path: str, every: float, seconds: float, timeout: float = 10.0
+) -> list[float]:
+    """Milliseconds of each GET of the daemon's `path`, one every `every` s for `seconds`;
+    a failed or timed-out one counts as `timeout`."""
+    import aiohttp
+
+    url = f"http://127.0.0.1:{port}{path}"
+    times: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    await resp.read()
+                times.append((time.perf_counter() - t0) * 1e3)
+            except (aiohttp.ClientError, TimeoutError):
+                times.append(timeout * 1e3)
+            await asyncio.sleep(every)
+    return times

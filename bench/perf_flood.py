@@ -38,6 +38,7 @@ from perf_common import (
     ROOT,
     Sim,
     _affinity,
+    ask,
     emit,
     fast_sim_args,
     fmt,
@@ -144,22 +145,7 @@ async def serve_floods(port: int) -> None:
 
 
 async def ping(port: int, seconds: float) -> list[float]:
-    import aiohttp
-
-    url = f"http://127.0.0.1:{port}/-/healthy"
-    times: list[float] = []
-    async with aiohttp.ClientSession() as session:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            t0 = time.perf_counter()
-            try:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                    await resp.read()
-                times.append((time.perf_counter() - t0) * 1e3)
-            except (aiohttp.ClientError, TimeoutError):
-                times.append(5000.0)
-            await asyncio.sleep(PING_SECONDS)
-    return times
+    return await ask(port, "/-/healthy", PING_SECONDS, seconds, timeout=5.0)
 
 
 def run(ns: argparse.Namespace, sim: Sim, flood_url: str, cpus: set[int] | None) -> dict[str, Any]:
