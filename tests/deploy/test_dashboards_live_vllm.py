@@ -1,13 +1,15 @@
 """End to end with vLLM: a real Prometheus scrapes the daemon and vLLM, loading the shipped rules.
 
 The daemon probes vLLM every second, with its `metrics_url`, and sends 2 req/s of background
-load (an in-flight cap of 2, so that the drop series exist too). Every dashboard query that
-names one of vLLM's own series (every query of its panel) and every recording rule must
-return data.
+load (an in-flight cap of 2, so that the drop series exist too); and a target group,
+`replicas`, found in a file_sd file that names the same vLLM by its address, with `vllm` as its
+gateway, so the group rules have a group to aggregate. Every dashboard query that names one of
+vLLM's own series (every query of its panel) and every recording rule must return data.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,15 +29,26 @@ from tests.support.vllm import MODEL_NAME
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 
 
-def _configs(vllm: str, daemon_port: int) -> tuple[dict[str, object], dict[str, object]]:
+def _configs(
+    vllm: str, daemon_port: int, replicas: Path
+) -> tuple[dict[str, object], dict[str, object]]:
     target = {
         "name": "vllm", "url": f"{vllm}/v1", "model": MODEL_NAME, "interval_seconds": 1,
         "max_tokens": 8, "metrics_url": f"{vllm}/metrics", "metrics_interval_seconds": 1,
         "slo": {"e2e_seconds": 30},
         "load": {"rate": 2.0, "max_in_flight": 2, "max_tokens": 8},
     }  # fmt: skip
-    daemon = {"server": {"listen": f"127.0.0.1:{daemon_port}"}, "targets": [target]}
     vllm_host = vllm.removeprefix("http://")
+    replicas.write_text(json.dumps([{"targets": [vllm_host]}]))
+    group = {
+        "group": "replicas", "model": MODEL_NAME, "interval_seconds": 2, "max_tokens": 8,
+        "file_sd": {"files": [str(replicas)]}, "gateway": "vllm",
+    }  # fmt: skip
+    daemon = {
+        "server": {"listen": f"127.0.0.1:{daemon_port}"},
+        "targets": [target],
+        "target_groups": [group],
+    }
     prometheus = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in sorted(RULES_DIR.glob("*.yml"))],
@@ -56,7 +69,7 @@ def stack(
 ) -> Iterator[Prometheus]:
     tmp = tmp_path_factory.mktemp("vllm-live")
     daemon_port, prom_port = free_port(), free_port()
-    daemon, prometheus = _configs(vllm, daemon_port)
+    daemon, prometheus = _configs(vllm, daemon_port, tmp / "replicas.json")
     with live_stack(prometheus_bin, tmp, daemon, prometheus, prom_port) as stack:
         yield stack
 
