@@ -46,7 +46,7 @@ GROUPS: dict[str, list[str]] = {
 
 def run_group(paths: list[str], margins: Path, junit: Path, log: Path) -> float:
     """One pytest run of `paths`, its output in `log`; its wall seconds."""
-    env = {**os.environ, "CI": "true", "LLMPROBER_MARGINS": str(margins)}
+    env = {**os.environ, "CI": "true", "PROBER_TEST_MARGINS": str(margins)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--tb=short",
            f"--junitxml={junit}", *paths]  # fmt: skip
     start = time.monotonic()

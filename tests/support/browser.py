@@ -4,7 +4,7 @@ through the system chromedriver (`scripts/setup-chromium.sh` installs both).
 Missing chromium, chromedriver or selenium skips the tests on a developer machine and fails
 them under `CI` (`deploy.missing_tool`). The browser's console is kept (`goog:loggingPrefs`),
 so a test can read what the page logged: a page without script logs nothing. Screenshots go to
-`artifacts_dir()`: `$LLMPROBER_ARTIFACTS`, else tests/artifacts/ (ignored by git).
+`artifacts_dir()`: `$PROBER_TEST_ARTIFACTS`, else tests/artifacts/ (ignored by git).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ SETUP = "scripts/setup-chromium.sh"
 
 
 def artifacts_dir() -> Path:
-    path = Path(os.environ.get("LLMPROBER_ARTIFACTS") or ROOT / "tests" / "artifacts")
+    path = Path(os.environ.get("PROBER_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -1,7 +1,7 @@
 """How close an accuracy or timing assertion came to its bound, for `bench/flakiness.py`.
 
 An accuracy test asserts `holds(name, observed, at_least=...)` (or `at_most=`) instead of a
-bare comparison: the comparison is the same one, and where the variable `LLMPROBER_MARGINS`
+bare comparison: the comparison is the same one, and where the variable `PROBER_TEST_MARGINS`
 names a file, one JSON line per check is appended to it: the test, the quantity, what was
 observed, the bound, and the margin as a share of the bound's scale (positive: held). The
 benchmark runs each test several times and reads the worst margin of each quantity, so a test
@@ -14,7 +14,9 @@ import json
 import math
 import os
 
-MARGINS_VARIABLE = "LLMPROBER_MARGINS"
+# Not `LLMPROBER_…`: a daemon a test starts reads every variable of that prefix as a setting,
+# and one it does not know stops it (it did, under `bench/flakiness.py`).
+MARGINS_VARIABLE = "PROBER_TEST_MARGINS"
 
 
 def holds(
