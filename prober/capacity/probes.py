@@ -21,7 +21,7 @@ What each probe yields (`ProbeSample`), and how the figures follow (docs/design.
 Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
 the residual time to the first departure, on average one interval when the slots finish
 independently (their merged departures are close to a Poisson stream): `W ≈ (L + 1) / μ`,
-hence `L ≈ μ·W − 1`. `W` is the mean of the last 5 s of probes (at least the last two), or
+hence `L ≈ μ·W − 1`. `W` is the mean of the last 5 s of probes (at least the last four), or
 the wait a probe still without its first token has already served, whichever is longer, so
 a queue shows before the probe that is stuck in it comes back.
 Running: every slot while a queue exists (a queue of less than one request for its share of
@@ -50,11 +50,15 @@ from prober.capacity.inflight import ProbesInFlight
 from prober.kinds import Basis, Drain
 
 _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
-# ... and at least the last two: in a queue a probe's job takes its wait and its decode (3 to
-# 4 s at twice the slots on llama-server), and with one the figure jumped each time the
-# older of two probes left the window, the information unchanged (there: 1.5 requests high
-# for two seconds, where the true depth was 5).
-_MIN_WAITS = 2
+# ... and at least the last four: in a queue a probe's job takes its wait and its decode (3 to
+# 4 s at twice the slots on llama-server, 12 s on a slow CPU's vLLM), so the window holds few.
+# With one, the figure jumped each time the older of two probes left the window, the
+# information unchanged (there: 1.5 requests high for two seconds, where the true depth was
+# 5). Each wait is the sum of about L + 1 departure intervals, so μ·W of one probe varies by
+# about √(L + 1) requests: two waits (a probe and its companion, one cycle) left an error of
+# 1.3 at a true 4.8 (2026-12-06, vLLM); four halve its variance. Where probes are frequent
+# (no queue, or a short one) the 5 s window holds four anyway and nothing lags more.
+_MIN_WAITS = 4
 # Below saturation one probe sees a batch that comes and goes within its decode: the running
 # figure averages the probes of a longer window.
 _RUNNING_SECONDS = 10.0

@@ -199,7 +199,7 @@ def test_without_a_shape_the_depth_is_withheld_and_the_shape_free_figures_stay()
     assert (figure.waiting, figure.queue) == (None, True)
     assert figure.running == pytest.approx(2.25 + (4 - 2.25) * 0.25)
     clock.now += 6.0
-    for _ in range(2):  # a queue throughout: every slot busy, its length unknown
+    for _ in range(4):  # a queue throughout (the last four): every slot busy, its length unknown
         est.observe(_queued(clock, wait=2.0))
     figure = est.estimate(0.05)
     assert (figure.waiting, figure.drain, figure.drain_basis) == (None, None, Drain.PROBE_SHAPE)
@@ -248,8 +248,9 @@ def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> No
         est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, ALPHA * (1 + 0.19 * batch), False))
     figure = est.estimate(0.05)
     assert (figure.basis, figure.waiting, figure.running) == (Basis.PROBES_HINT, 0.0, None)
-    clock.now += 6.0  # then a queue: the last two probes waited 1 s on average, μ = 5/s
-    est.observe(_queued(clock, wait=2.0))
+    clock.now += 6.0  # then a queue: the last four probes waited 1 s on average, μ = 5/s
+    for _ in range(2):
+        est.observe(_queued(clock, wait=2.0))
     figure = est.estimate(0.05)
     assert (figure.waiting, figure.running) == (pytest.approx(4.0), 4.0)
     flat = DecodeModel()  # the pairs' median jump at or below 0: no slowdown at all
@@ -258,7 +259,7 @@ def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> No
         flat.observe_pair(ALPHA, ALPHA * 0.99)
     est.decode = flat
     clock.now += 30.0
-    for _ in range(2):
+    for _ in range(4):
         est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, ALPHA, False))
     figure = est.estimate(0.05)
     assert (figure.basis, figure.waiting, figure.running) == (Basis.PROBES_HINT, 0.0, None)
@@ -274,21 +275,22 @@ def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> No
     assert enough.others(ALPHA * 1.42, None) == pytest.approx(2.0)
 
 
-def test_the_wait_is_the_mean_of_the_last_two_probes_at_least() -> None:
-    """Probes a job apart (a wait and a decode each): the older of two leaving the 5 s
-    window does not make the newer one the whole figure."""
+def test_the_wait_is_the_mean_of_the_last_four_probes_at_least() -> None:
+    """Probes a job apart (a wait and a decode each): the older ones leaving the 5 s window
+    do not make the newest the whole figure."""
     clock = Clock()
     est = _estimator(clock)
     est.decode = learned_model()
-    est.observe(_queued(clock, wait=1.0))
-    clock.now += 4.0
-    est.observe(_queued(clock, wait=3.0))
-    clock.now += 2.0  # the first is 6 s old
-    assert est.estimate(prefill_guess=0.05).wait_seconds == pytest.approx(2.0)
-    clock.now += 1.0
-    est.observe(_queued(clock, wait=2.0))
-    clock.now += 1.0  # two in the window: those
+    for wait in (1.0, 3.0, 2.0, 4.0):
+        est.observe(_queued(clock, wait=wait))
+        clock.now += 4.0
+    clock.now -= 2.0  # the newest is 2 s old, the one before 6 s
     assert est.estimate(prefill_guess=0.05).wait_seconds == pytest.approx(2.5)
+    for _ in range(4):
+        clock.now += 1.0
+        est.observe(_queued(clock, wait=3.0))
+    # 4 s later the 4.0 has left the window too: four in the window, those
+    assert est.estimate(prefill_guess=0.05).wait_seconds == pytest.approx(3.0)
 
 
 def test_a_probe_stuck_in_the_queue_shows_before_it_returns() -> None:
@@ -450,7 +452,7 @@ def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
         est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, gap(2), False))  # a free slot
         clock.now += 1.0
     clock.now += 5.0  # the light load's waits leave the wait's window, not the 30 s
-    for _ in range(3):
+    for _ in range(4):
         est.observe(_queued(clock, wait=2.0))  # the queue: service 0.8 s, μ = 5/s
         clock.now += 1.0
         figure = est.estimate(prefill_guess=0.05)  # μ = 5/s, not the light load's 10/s

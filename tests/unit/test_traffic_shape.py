@@ -173,7 +173,7 @@ def test_the_engines_counters_give_the_traffics_shape_less_the_probers_own() -> 
     assert foreign is not None
     foreign.decode = learned_model()
     clock.now += 10.0  # the free-slot probes leave the wait's window
-    for _ in range(2):  # the probes' service 0.8 s; a request of the others' shape 1.6 s
+    for _ in range(4):  # the probes' service 0.8 s; a request of the others' shape 1.6 s
         foreign.observe(ProbeSample(clock.now, 2.0, 0.05, 0.75, gap(4), True))
     text = daemon.text()
     assert _drain_basis(text) == "engine_shape"
