@@ -346,10 +346,7 @@ def test_keda_scales_the_sidecar_engine_on_recording_rules() -> None:
 
 def test_keda_saturation_option_is_a_valid_trigger_on_a_recording_rule() -> None:
     """The commented saturation trigger, uncommented, is a trigger like the shipped ones."""
-    text = KEDA_FILE.read_text()
-    block = text.split("# option: saturation\n", 1)[1]
-    lines = [line.replace("# ", "", 1) for line in block.splitlines() if line.strip()]
-    [trigger] = yaml.safe_load("\n".join(lines))
+    [trigger] = commented_option("saturation")
     assert trigger["name"] == "saturation"
     assert trigger["metricType"] == "Value"
     meta = trigger["metadata"]
@@ -357,6 +354,20 @@ def test_keda_saturation_option_is_a_valid_trigger_on_a_recording_rule() -> None
     assert "llmprober:saturation:avg" in set(recording_rules())
     assert meta["query"].endswith("or vector(0)")
     assert 0 < float(meta["threshold"]) < 1  # scale out before every slot is busy
+
+
+def test_keda_slo_ratio_option_scales_before_either_slo_is_missed() -> None:
+    """The commented SLO-ratio trigger, uncommented, reads `llmprober:slo_ratio:max` (the
+    worse of TTFT p90 and TPOT p90 over their SLOs) with its NaN filtered out, and asks for
+    replicas before the ratio reaches 1."""
+    [trigger] = commented_option("slo-ratio")
+    assert (trigger["name"], trigger["metricType"]) == ("slo-ratio", "Value")
+    meta = trigger["metadata"]
+    assert recorded_names(meta["query"]) == {"llmprober:slo_ratio:max"}
+    assert "llmprober:slo_ratio:max" in set(recording_rules())
+    assert ">= 0" in meta["query"]  # NaN (no request in 5m) is no figure
+    assert meta["query"].endswith("or vector(0)")
+    assert 0 < float(meta["threshold"]) < 1
 
 
 def adapter_rules() -> dict[str, dict[str, Any]]:
