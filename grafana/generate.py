@@ -233,6 +233,49 @@ def queue_and_health_panels() -> list[tuple[Panel, int, int]]:
     ]
 
 
+# The engine state as one number per target, for a stat panel's colours (docs/design.md §12).
+ENGINE_STATES = {0: ("ok", "green"), 1: ("busy", "orange"), 2: ("stalled", "red"),
+                 3: ("down", "dark-red")}
+ENGINE_STATE = "max by (target) (" + " or ".join(
+    f'(llmprober_engine_state{{{SEL}, state="{name}"}} == 1) * {value}'
+    for value, (name, _) in ENGINE_STATES.items()
+) + ")"
+
+
+def answer_panels() -> list[tuple[Panel, int, int]]:
+    return [
+        (row("Answers: is it stalled or busy, is the answer right, is the cache working"), 24, 1),
+        (stat("Engine state", [q(ENGINE_STATE, "{{target}}", "A")], "none",
+              "ok; busy: tokens flow, but the queue wait or TTFT is over the SLO or every "
+              "slot is taken (never restart it); stalled: requests wait and no token comes "
+              "(on no stream, and the engine's token counter still where it is scraped); "
+              "down: no connection, or only connection errors and 5xx. /-/engine?target= "
+              "answers 503 for the last two (docs/design.md §12). Alert: "
+              "LLMProberEngineStalled.", [("green", None)], ENGINE_STATES), 6, 8),
+        (timeseries("Answer checks", [
+            q(f"sum by (target, check, result) (rate(llmprober_answer_checks_total"
+              f"{{{SEL_MODE}}}[{RI}]))", "{{target}} {{check}} {{result}}", "A"),
+        ], "reqps", "The target's expect: checks on every ok probe (regex, json, json_schema, "
+           "min_answer_tokens, model), passed and failed per second. A failed one makes the "
+           "probe not good; its log line shows the answer's first 200 characters.",
+           stack=True, bars=True), 6, 8),
+        (timeseries("Prefix cache: TTFT of a hit against a miss", [
+            q(f"histogram_quantile(0.5, sum by (target, result, le) "
+              f"(rate(llmprober_cache_probe_ttft_seconds_bucket{{{SEL}}}[{RI}])))",
+              "{{target}} {{result}} p50", "A"),
+        ], "s", "The cache probe (cache_probe:): one prefix sent twice, a miss that warms the "
+           "cache, then a hit. The hit below the miss: the prefix cache cuts TTFT on that "
+           "replica or through that gateway."), 6, 8),
+        (timeseries("Prefix cache: hits the engine confirmed", [
+            q(f'sum by (target, confirmed) (rate(llmprober_cache_probe_total{{{SEL}, '
+              f'result="hit"}}[{RI}]))', "{{target}} {{confirmed}}", "A"),
+        ], "reqps", "The cache probe's hits by what the engine said: true, at least half the "
+           "prefix reported cached; false, less (a hit that the engine did not serve from "
+           "its cache: another replica, or the prefix evicted); unknown, the engine reports "
+           "no cached tokens (vLLM needs --enable-prompt-tokens-details).", stack=True), 6, 8),
+    ]
+
+
 VLLM = '{model_name=~"$model"}'
 
 
@@ -435,7 +478,7 @@ def overview() -> dict[str, Any]:
     """How the endpoints feel to users: latency, goodput, outcomes, traffic, queue."""
     panels = (
         latency_panels() + outcome_and_traffic_panels() + stream_panels()
-        + queue_and_health_panels() + vllm_panels() + replica_panels()
+        + answer_panels() + queue_and_health_panels() + vllm_panels() + replica_panels()
     )  # fmt: skip
     return dashboard(
         "llm-prober-overview",

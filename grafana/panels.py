@@ -162,7 +162,18 @@ def stat(
     unit: str,
     description: str,
     steps: list[tuple[str, float | None]],
+    mappings: dict[float, tuple[str, str]] | None = None,
 ) -> Panel:
+    """A stat panel; `mappings`: value -> (text, colour), shown instead of the number."""
+    shown = [
+        {
+            "type": "value",
+            "options": {
+                f"{value:g}": {"text": text, "color": color, "index": i}
+                for i, (value, (text, color)) in enumerate(mappings.items())
+            },
+        }
+    ] if mappings else []  # fmt: skip
     return {
         "type": "stat",
         "title": title,
@@ -172,6 +183,7 @@ def stat(
         "fieldConfig": {
             "defaults": {
                 "unit": unit,
+                "mappings": shown,
                 "color": {"mode": "thresholds"},
                 "thresholds": {
                     "mode": "absolute",

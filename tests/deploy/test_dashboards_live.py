@@ -51,6 +51,9 @@ def stack(prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 "interval_seconds": 1,
                 "metrics_url": f"{sim}/metrics",
                 "load": {"rate": 2.0, "max_in_flight": 16},
+                # The Answers row: answer checks on every probe, and the cache probe.
+                "expect": {"regex": ".", "min_answer_tokens": 1},
+                "cache_probe": {"prefix_tokens": 64, "interval_seconds": 2},
             },
             # Makes the event-driven series exist as well: an E2E SLO, engine metrics that
             # cannot be scraped (nothing listens there) and load that its cap must drop.
