@@ -1,4 +1,5 @@
-"""Periodic probes with apscheduler: one interval job per target, first run at start.
+"""Periodic probes with apscheduler: one interval job per target, first run at start, the
+next ones on a grid of the interval at the target's own phase (`cadence`).
 
 At most `probes_in_flight` probes per target are in flight (coalesced); a run due beyond that,
 or missed by more than the grace time, is counted in `llmprober_probe_skipped_total` (and
@@ -49,6 +50,7 @@ from apscheduler.events import (
 )
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from prober.cadence import phased
 from prober.logs import get_logger
 from prober.prompts import PromptBuilder, SharedPrefix
 from prober.record import Mode, Recorder, cancelled
@@ -126,14 +128,13 @@ class ProbeScheduler:
         """Probe `target` from now: described, warmed up, then every interval."""
         cfg = target.config
         self._recorder.describe(target)
+        now = datetime.now(UTC)
         self._scheduler.add_job(
             self._job,
-            "interval",
+            phased(target.name, cfg.interval_seconds, cfg.jitter_seconds, now),
             args=(target.name,),
             id=target.name,
-            seconds=cfg.interval_seconds,
-            jitter=cfg.jitter_seconds or None,
-            next_run_time=datetime.now(UTC),
+            next_run_time=now,
             max_instances=cfg.probes_in_flight,
             coalesce=True,
             misfire_grace_time=max(1, int(cfg.interval_seconds)),
@@ -161,8 +162,8 @@ class ProbeScheduler:
         )
 
     def reschedule(self, target: Target) -> None:
-        """`target`'s interval, jitter and cap as its config now says; the next run one
-        interval from now, its probes in flight untouched."""
+        """`target`'s interval, jitter and cap as its config now says; the next run on its
+        grid at least one interval from now (`cadence`), its probes in flight untouched."""
         cfg = target.config
         self._recorder.describe(target)
         self._scheduler.modify_job(
@@ -172,9 +173,9 @@ class ProbeScheduler:
         )
         self._scheduler.reschedule_job(
             target.name,
-            trigger="interval",
-            seconds=cfg.interval_seconds,
-            jitter=cfg.jitter_seconds or None,
+            trigger=phased(
+                target.name, cfg.interval_seconds, cfg.jitter_seconds, datetime.now(UTC)
+            ),
         )
         self._add_cache_job(target)
 

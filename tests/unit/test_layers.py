@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "validation",
             "workload",
             "checks",
+            "cadence",
         },
     ),
     ("one request, one signal", {"request", "summary", "metrics", "recent"}),
