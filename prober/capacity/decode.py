@@ -25,12 +25,12 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 # The running figure's β is the median jump of the pairs (`_pair_beta`). Of five, three
-# disturbed ones (below) decide it, a likely cause of the 3.46 running read for 2.23 at half
-# load on CI (2026-12-03, the hinted simulator, before its first full batch): eight.
+# disturbed ones (below) decide it (a running figure of 3.46 for 2.23 at half load on the
+# hinted simulator, before its first full batch): eight.
 _MIN_PAIRS = 8
 # Slots are read from β, which pairs give from jumps clustered at 0, β and 2β (a foreign
 # request leaving or joining while a pair is read: together about half of the pairs at half
-# load on the simulator, 2026-12-03, some of them between clusters). `one_more` finds β's
+# load on the simulator, some of them between clusters). `one_more` finds β's
 # cluster from the jumps' mean. In a model of those jumps (`bench/slots_learning.py`) that
 # misses 10 to 24 % of learnings with 15 pairs and 0.5 to 5 % with 40, where a median seed
 # missed 12 to 29 % and 1.4 to 10 % (seen on the simulator's test with 15 pairs and the
@@ -42,7 +42,7 @@ _MAX_SLOTS = 4096
 _CLUSTER_STEPS = 8  # `one_more`: it settles in two or three
 # `learned_slots`: resamples of the pairs and full-batch gaps, and the share of them that must
 # read the same slots. In the model of `bench/slots_learning.py` (the simulator's jumps, gaps
-# noisy by 0.3 to 1 ms against a β of 6 ms; 2026-12-04), 40 pairs read a wrong count 0.4 to
+# noisy by 0.3 to 1 ms against a β of 6 ms), 40 pairs read a wrong count 0.4 to
 # 6 % of the time unguarded, 0 to 0.3 % guarded, unknown 4 to 40 %; 64 pairs 0 to 2 % wrong
 # unguarded, never guarded, unknown 0.5 to 22 %. With noise half of β, unguarded 50 to 64 %
 # wrong; guarded 0.3 to 8 %, the rest unknown.
@@ -51,7 +51,7 @@ _SLOTS_AGREEMENT = 0.8
 # The running figure below saturation reads the batch from how much a probe's gap grew over
 # α; it is made only where one more sequence lengthens the step by at least this share of α.
 # Between probes at one batch size, gaps moved by 13 to 28 % of their length on a 2-core
-# machine (2026-12-04, `bench/decode_slowdown.py`). One more sequence lengthened the step by
+# machine (`bench/decode_slowdown.py`). One more sequence lengthened the step by
 # 0.30 of α on the simulator the tests run (pairs' median jump over the least gap) and 1.12 on
 # llama-server, but by −0.05 on vLLM's CPU build (0.04 by least squares against its own count).
 # There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the load. A GPU far from its
@@ -129,7 +129,7 @@ class DecodeModel:
         slots unknown, and no figure that rests on them). An engine whose step grows by little
         against the gaps' noise (vLLM on a CPU: 1 to 4 ms a sequence against 30 ms gaps)
         reads a β that moves with every few pairs, and slots with it (4, then 8 for 4 in two
-        runs, 2026-12-02): saying nothing is better than a figure twice the truth."""
+        runs): saying nothing is better than a figure twice the truth."""
         if self._slots[0] != self._seen:
             self._slots = (self._seen, self._agreed_slots())
         return self._slots[1]

@@ -56,7 +56,7 @@ _RECENT_SECONDS = 5.0  # waits: probes a second apart, about a 5 s mean
 # information unchanged (there: 1.5 requests high for two seconds, where the true depth was
 # 5). Each wait is the sum of about L + 1 departure intervals, so μ·W of one probe varies by
 # about √(L + 1) requests: two waits (a probe and its companion, one cycle) left an error of
-# 1.3 at a true 4.8 (2026-12-06, vLLM); four halve its variance. Where probes are frequent
+# 1.3 at a true 4.8 on vLLM; four halve its variance. Where probes are frequent
 # (no queue, or a short one) the 5 s window holds four anyway and nothing lags more.
 _MIN_WAITS = 4
 # Below saturation one probe sees a batch that comes and goes within its decode: the running
@@ -205,7 +205,7 @@ class ForeignEstimator:
         told = traffic.basis
         if slots is None:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
-            # for 2.4 on vLLM without the hint, whose step barely grows (2026-12-04).
+            # for 2.4 on vLLM without the hint, whose step barely grows.
             return ForeignEstimate(None, None, wait, None, Basis.NONE, drain, told, queue)
         # Every slot is busy while a queue lasts. Where the decode slowdown cannot tell the
         # batch, or has not been read yet (a daemon started into a queue), running is known
@@ -263,7 +263,7 @@ class ForeignEstimator:
         than a full batch's, and mixed into a lasting queue's it held μ high (on
         llama-server, the half-minute after a light load read about a tenth fast: a waiting
         figure half a request high at twice the slots; on vLLM, while a queue had fewer than
-        three probes of its own, μ read 7 % fast, 2026-12-03)."""
+        three probes of its own, μ read 7 % fast)."""
         full = self._full_service
         queue = list(itertools.islice(full, len(full) - self._queue_run, None))
         recent = _recent_service(queue, now) or _recent_service(full, now)
