@@ -10,7 +10,7 @@ before a target's first recorded probe and are never recorded.
 
 A share `pair_share` of probes are pairs: a companion probe is sent 40 % of a decode
 into the first, so the first probe's token gaps before and after tell the queue estimate how
-much one more sequence slows decoding (`capacity/probes.py`). Both are recorded as probes.
+much one more sequence slows decoding (`capacity/decode.py`). Both are recorded as probes.
 Every probe in flight is tracked by the target's `TargetCapacity.probes`, so the estimate counts the
 prober's own requests exactly. `drain()` stops scheduling and lets in-flight probes finish
 within a grace period; the rest are cancelled, counted as `cancelled`, and end quietly (a
