@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from prober.capacity import own  # noqa: E402
 from prober.capacity.decode import median_gap  # noqa: E402
 from prober.result import RequestResult  # noqa: E402
-from tests.support import foreign_accuracy as fa  # noqa: E402
+from tests.support import probes_alone_accuracy as fa  # noqa: E402
 
 SLOTS = 4
 SIM_FLAGS = ("--slots", str(SLOTS), "--decode-step", "0.02")  # + --decode-slowdown

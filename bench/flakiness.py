@@ -31,11 +31,11 @@ GROUPS: dict[str, list[str]] = {
     "saturation": ["tests/integration/test_saturation.py"],
     "queue-sim": [
         "tests/integration/test_queue_estimate_sim.py",
-        "tests/integration/test_queue_foreign_sim.py",
+        "tests/integration/test_queue_probes_alone_sim.py",
     ],
     "queue-llama": [
         "tests/integration/test_queue_estimate_engine.py",
-        "tests/integration/test_queue_foreign_engine.py",
+        "tests/integration/test_queue_probes_alone_engine.py",
     ],
     "llama": ["tests/integration/test_engine.py", "tests/integration/test_probe_phases.py"],
     "bench": ["tests/integration/test_bench_sim.py", "tests/integration/test_bench_engine.py"],

@@ -4,7 +4,7 @@
               prefill baseline, slot occupancy, the drain rate; `QueueEstimator` combines
               every basis into one `Estimate`
     probes    the estimate from probes alone, the engine serving clients the prober never
-              sees: waiting and running from the probes' waits and decode (`ForeignEstimator`)
+              sees: waiting and running from the probes' waits and decode (`ProbesAloneEstimator`)
     decode    the decode slowdown a probe's gaps show (`DecodeModel`), and the slots learned
               from it where none are hinted
     inflight  the prober's own probes in flight (`ProbesInFlight`), counted on top

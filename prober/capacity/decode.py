@@ -13,7 +13,7 @@ without the operator's hint, are learned once probes have decoded at full batch:
 (`one_more`, `cluster_centre`, `slots_from`), from at least 40 pairs.
 
 Owns `median_gap` (a probe's gap from its token stamps), `DecodeModel` and those slot-learning
-helpers; `probes.ForeignEstimator` reads them.
+helpers; `probes.ProbesAloneEstimator` reads them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The prober's own probes in flight, for the probes-alone estimate: when each began, got its
 first token and ended, and from that how many of them waited for and held a slot over the
-last few seconds (`ProbesInFlight`). The scheduler writes the stamps; `probes.ForeignEstimator`
+last few seconds (`ProbesInFlight`). The scheduler writes the stamps; `probes.ProbesAloneEstimator`
 counts them on top of the foreign figures.
 """
 

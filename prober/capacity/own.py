@@ -11,7 +11,7 @@ Waiting and running requests, by the first basis that has what it needs:
    waits: `waiting = min(awaiting_first_token, max(0, in_flight − slots))`, with `slots` the
    operator's hint or the most requests seen holding a slot at once (`SlotOccupancy`).
 2. probes: the traffic is someone else's; the probes' queue wait, decode slowdown and service
-   time give both figures (`probes.ForeignEstimator`), with the slots hinted or learned, and
+   time give both figures (`probes.ProbesAloneEstimator`), with the slots hinted or learned, and
    waiting only where the traffic's shape is stated or counted by the engine.
 3. the server's completion counter as the drain rate, `L_q = μ · W_q` (Little's law on the
    queue: a queue only exists when every slot is busy, so it drains at capacity).
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from prober.capacity.decode import median_gap
-from prober.capacity.probes import ForeignEstimator, ProbeSample, queue_threshold
+from prober.capacity.probes import ProbesAloneEstimator, ProbeSample, queue_threshold
 from prober.kinds import Basis, Drain
 from prober.result import RequestResult
 
@@ -161,7 +161,7 @@ class PrefillBaseline:
 class QueueEstimator:
     """One target's estimate; `observe()` each finished request, `estimate()` at scrape time.
 
-    `slots_hint` is the operator's slot count; `foreign` estimates from probes alone;
+    `slots_hint` is the operator's slot count; `probes_alone` estimates from probes alone;
     `server_drain_rate` is the engine's completion rate where its counters are scraped.
     """
 
@@ -171,7 +171,7 @@ class QueueEstimator:
         window_seconds: float = _WINDOW_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         slots_hint: int | None = None,
-        foreign: ForeignEstimator | None = None,
+        probes_alone: ProbesAloneEstimator | None = None,
         own_load: OwnLoad | None = None,
         server_drain_rate: Callable[[], float | None] = lambda: None,
     ) -> None:
@@ -184,7 +184,7 @@ class QueueEstimator:
         self._sums = [0.0, 0.0]  # of the waits and decode times in `_recent`, kept as it moves
         self._slots_hint = slots_hint
         self._prefills: deque[float] = deque(maxlen=16)
-        self.foreign = foreign
+        self.probes_alone = probes_alone
         self.own_load = own_load
         self.server_drain_rate = server_drain_rate
 
@@ -197,10 +197,10 @@ class QueueEstimator:
         if learned is None:
             return None
         wait, prefill = learned
-        if probe and self.foreign is not None and _decoded(result):
+        if probe and self.probes_alone is not None and _decoded(result):
             stamps = result.token_event_ns
             gap = median_gap(stamps, _tokens_per_event(result))
-            self.foreign.observe(self._sample(result, wait, prefill, gap))
+            self.probes_alone.observe(self._sample(result, wait, prefill, gap))
         return wait
 
     def observe_pair(
@@ -211,8 +211,8 @@ class QueueEstimator:
         more sequence. Returns both queue waits."""
         waits = self._learn(primary), self._learn(companion)
         out = tuple(None if w is None else w[0] for w in waits)
-        foreign = self.foreign
-        if foreign is None or waits[0] is None or not _decoded(primary):
+        alone = self.probes_alone
+        if alone is None or waits[0] is None or not _decoded(primary):
             return out[0], out[1]
         per_event = _tokens_per_event(primary)
         before, after = _split_at_companion(primary, companion)
@@ -221,7 +221,7 @@ class QueueEstimator:
         stretches = tuple(
             (gap, own) for gap, own in ((gap_before, 0), (beside, 1)) if gap is not None
         )
-        foreign.observe(self._sample(primary, *waits[0], gap_before, stretches=stretches))
+        alone.observe(self._sample(primary, *waits[0], gap_before, stretches=stretches))
         # The jump is read from the gaps right before and right after the join: the other
         # sequences change less in a few steps than over the whole decode.
         near_before = median_gap(before[-_PAIR_GAPS - 1 :], per_event)
@@ -236,11 +236,11 @@ class QueueEstimator:
                 step=gap_before,
                 stretches=_companion_stretches(primary, companion),
             )
-            foreign.observe(sample)
+            alone.observe(sample)
             gap_after = median_gap(after[: _PAIR_GAPS + 1], per_event)
             free_slot = comp_wait <= queue_threshold(gap_before)
             if free_slot and near_before is not None and gap_after is not None:
-                foreign.decode.observe_pair(near_before, gap_after)
+                alone.decode.observe_pair(near_before, gap_after)
         return out[0], out[1]
 
     def _learn(self, result: RequestResult) -> tuple[float, float] | None:
@@ -309,9 +309,9 @@ class QueueEstimator:
             own_waiting = min(own.awaiting_first_token, max(0, own.total - slots))
             running = float(min(own.total, slots))
             return Estimate(float(own_waiting), running, mean_wait, Basis.OWN_LOAD, slots)
-        if self.foreign is not None:
+        if self.probes_alone is not None:
             prefill = statistics.median(self._prefills) if self._prefills else 0.0
-            f = self.foreign.estimate(prefill)
+            f = self.probes_alone.estimate(prefill)
             if f.basis is not Basis.NONE or self.server_drain_rate() is None:
                 return Estimate(
                     f.waiting,

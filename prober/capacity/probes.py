@@ -32,7 +32,7 @@ The prober's own probes in flight are counted exactly on top, time-averaged like
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from at least 40 pairs.
 
-This module owns the estimator (`ForeignEstimator`) and the records it takes and gives; the
+This module owns the estimator (`ProbesAloneEstimator`) and the records it takes and gives; the
 decode model and the slots it learns are `decode`'s, the prober's own probes in flight
 `inflight`'s.
 """
@@ -105,7 +105,7 @@ class ProbeSample:
 
 
 @dataclass(frozen=True, slots=True)
-class ForeignEstimate:
+class ProbesAloneEstimate:
     waiting: float | None
     running: float | None
     wait_seconds: float | None
@@ -116,7 +116,7 @@ class ForeignEstimate:
     queue: bool = False  # the wait says requests wait now, however many
 
 
-class ForeignEstimator:
+class ProbesAloneEstimator:
     """Waiting and running requests of an engine whose traffic the prober does not send."""
 
     def __init__(
@@ -183,12 +183,12 @@ class ForeignEstimator:
             return True
         return self.decode.learning(slots_known=self._hint is not None)
 
-    def estimate(self, prefill_guess: float) -> ForeignEstimate:
+    def estimate(self, prefill_guess: float) -> ProbesAloneEstimate:
         now = self._clock()
         traffic = self._traffic()
         recent = self._recent(now, least=_MIN_WAITS)
         if not recent:
-            return ForeignEstimate(
+            return ProbesAloneEstimate(
                 None, None, None, self.slots, Basis.NONE, drain_basis=traffic.basis
             )
         live = [w - prefill_guess for w in self.probes.waited(now)]
@@ -206,7 +206,7 @@ class ForeignEstimator:
         if slots is None:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
             # for 2.4 on vLLM without the hint, whose step barely grows.
-            return ForeignEstimate(None, None, wait, None, Basis.NONE, drain, told, queue)
+            return ProbesAloneEstimate(None, None, wait, None, Basis.NONE, drain, told, queue)
         # Every slot is busy while a queue lasts. Where the decode slowdown cannot tell the
         # batch, or has not been read yet (a daemon started into a queue), running is known
         # only while a queue lasts throughout.
@@ -224,10 +224,12 @@ class ForeignEstimator:
         if waiting is None or (running is None and not unseeable):
             # With the slots hinted, running (and saturation below the knee) needs no drain
             # rate: it is made before any probe has queued, and with no shape given.
-            return ForeignEstimate(waiting, running, wait, slots, Basis.NONE, drain, told, queue)
+            return ProbesAloneEstimate(
+                waiting, running, wait, slots, Basis.NONE, drain, told, queue
+            )
         basis = Basis.PROBES_HINT if self._hint is not None else Basis.PROBES_LEARNED
         waiting += own_waiting
-        return ForeignEstimate(waiting, running, wait, slots, basis, drain, told, queue)
+        return ProbesAloneEstimate(waiting, running, wait, slots, basis, drain, told, queue)
 
     def _recent(
         self, now: float, seconds: float = _RECENT_SECONDS, least: int = 1

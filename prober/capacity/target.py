@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from prober import metric_specs as specs
 from prober.capacity.inflight import ProbesInFlight
 from prober.capacity.own import Estimate, OwnLoad, QueueEstimator
-from prober.capacity.probes import ForeignEstimator, Shape, Traffic
+from prober.capacity.probes import ProbesAloneEstimator, Shape, Traffic
 from prober.capacity.server import Engine, ServerMetricsError, ServerSnapshot, TokenTotals, scrape
 from prober.capacity.state import EngineState, EngineWatch, StateVerdict
 from prober.kinds import Basis, Drain
@@ -105,11 +105,11 @@ class TargetCapacity:
         probe = Shape(cfg.prompt_tokens, cfg.max_tokens)
         self._stated = stated_traffic(cfg.traffic, probe)
         self.probes = ProbesInFlight(clock)
-        foreign = ForeignEstimator(probe, self.traffic, cfg.slots, self.probes, clock)
+        alone = ProbesAloneEstimator(probe, self.traffic, cfg.slots, self.probes, clock)
         self.estimator = QueueEstimator(
             clock=clock,
             slots_hint=cfg.slots,
-            foreign=foreign,
+            probes_alone=alone,
             own_load=own_load,
             server_drain_rate=self.server_drain_rate,
         )
@@ -166,11 +166,11 @@ class TargetCapacity:
         decode), or None for no companion: pairs go with every probe until the decode
         slowdown (and, without a hint, the slots) can be read from them, then with the
         target's `pair_share` (`draw` is uniform 0..1)."""
-        foreign = self.estimator.foreign
-        decode = None if foreign is None else foreign.typical_decode()
-        if foreign is None or decode is None:
+        alone = self.estimator.probes_alone
+        decode = None if alone is None else alone.typical_decode()
+        if alone is None or decode is None:
             return None
-        wanted = foreign.learning or draw < self.target.config.pair_share
+        wanted = alone.learning or draw < self.target.config.pair_share
         return fraction * decode if wanted else None
 
     def server_drain_rate(self) -> float | None:

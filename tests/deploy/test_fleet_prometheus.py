@@ -25,8 +25,8 @@ import yaml
 
 from tests.support.deploy import Prometheus, start_prometheus, stop
 from tests.support.fleet_live import Daemon, running, targets, total, until
-from tests.support.foreign_accuracy import sim_process
 from tests.support.net import free_port
+from tests.support.probes_alone_accuracy import sim_process
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(300)]
 

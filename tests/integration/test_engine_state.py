@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.daemon import daemon, scrape, value, wait_for
 from tests.support.engine import llama_server
-from tests.support.foreign_accuracy import Level, foreign_load
+from tests.support.probes_alone_accuracy import Level, foreign_load
 from tests.support.stall import server_pid, until_state, watch_states
 
 pytestmark = pytest.mark.engine

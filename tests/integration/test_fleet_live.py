@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.dnsmasq import dnsmasq
 from tests.support.fleet_live import Daemon, running, targets, total, until
-from tests.support.foreign_accuracy import sim_process
+from tests.support.probes_alone_accuracy import sim_process
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -25,14 +25,14 @@ from typing import Any
 import aiohttp
 
 from tests.support.daemon import daemon, scrape, value
-from tests.support.foreign_accuracy import (
+from tests.support.margins import holds
+from tests.support.probes_alone_accuracy import (
     Level,
     engine_truth,
     foreign_load,
     measure_capacity,
     sim_process,
 )
-from tests.support.margins import holds
 
 SLOTS = 4
 ENGINE = ("--slots", str(SLOTS), "--decode-step", "0.02", "--decode-slowdown", "0.3")

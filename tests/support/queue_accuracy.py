@@ -19,8 +19,8 @@ from prober.request import Api, RequestSpec, stream_request
 from prober.result import Outcome
 from prober.web import FLEET, client_session
 from tests.support.daemon import daemon, scrape, value
-from tests.support.foreign_accuracy import drain, engine_truth
 from tests.support.machine import LoopLag, snapshot_at
+from tests.support.probes_alone_accuracy import drain, engine_truth
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ async def measure_capacity_in_process(
 ) -> float:  # fmt: skip
     """Completed requests per second with `workers` closed-loop clients in this process (the
     prober's own `stream_request`, no warm-up, nothing drained after), unlike
-    `foreign_accuracy.measure_capacity`'s load process."""
+    `probes_alone_accuracy.measure_capacity`'s load process."""
     done = 0
     async with client_session() as session:
         stop_at = time.monotonic() + seconds
@@ -71,7 +71,7 @@ async def run_own_load_levels(
     warmup_seconds: float, sample_every: float = 0.5, extra_body: dict[str, object] | None = None,
 ) -> list[Level]:  # fmt: skip
     """One daemon, as in production, stepping its own background load through `rates` (where
-    `foreign_accuracy.run_levels` has another process load the engine and the daemon probe).
+    `probes_alone_accuracy.run_levels` has another process load the engine and the daemon probe).
 
     Between levels the load pauses and the engine drains, so each level starts empty.
     """

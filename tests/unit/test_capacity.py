@@ -65,7 +65,7 @@ def test_companions_go_with_every_probe_while_learning_then_with_pair_share() ->
     cap.observe(probe(0.0, 0.05, [0.02] * 10), probe=True)  # decodes 0.2 s
     for draw in (0.0, 0.5, 0.99):  # learning: whatever the draw
         assert cap.companion_delay(0.4, draw) == pytest.approx(0.08)
-    foreign = cap.estimator.foreign
+    foreign = cap.estimator.probes_alone
     assert foreign is not None
     for _ in range(_MIN_PAIRS):  # these tell the slowdown where the slots are hinted
         foreign.decode.observe_pair(0.020, 0.026)
@@ -78,7 +78,7 @@ def test_companions_go_with_every_probe_while_learning_then_with_pair_share() ->
 def test_without_a_slots_hint_learning_lasts_until_the_slots_are_learned() -> None:
     cap = capacity(Clock(), pair_share=0.0)
     cap.observe(probe(0.0, 0.05, [0.02] * 10), probe=True)
-    foreign = cap.estimator.foreign
+    foreign = cap.estimator.probes_alone
     assert foreign is not None
     for _ in range(_MIN_PAIRS):
         foreign.decode.observe_pair(0.020, 0.026)

@@ -27,7 +27,7 @@ from prober.settings import TargetConfig
 from prober.targets import Target
 from tests.support.clock import Clock
 from tests.support.results import timed_result
-from tests.unit.test_foreign import gap, learned_model
+from tests.unit.test_capacity_probes import gap, learned_model
 
 PROBE = {"prompt_tokens": 40, "max_tokens": 16}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
@@ -112,7 +112,7 @@ def test_no_traffic_nor_metrics_url_exports_the_wait_and_running_but_no_depth() 
 def test_without_traffic_saturation_below_the_knee_stays() -> None:
     """No request waits: saturation is busy slots / slots, which needs no shape."""
     daemon = Daemon(Clock())
-    foreign = daemon.cap.estimator.foreign
+    foreign = daemon.cap.estimator.probes_alone
     assert foreign is not None
     foreign.decode = learned_model()
     for batch in (2, 3, 4):  # the probes decoded beside 1, 2 and 3 others: 2 on average
@@ -169,7 +169,7 @@ def test_the_engines_counters_give_the_traffics_shape_less_the_probers_own() -> 
     clock.now += 1.0
     cap._keep(parse_metrics(_vllm(40, 80, 31, own=(10, 400, 160))), clock.now)
     assert cap.traffic() == Traffic(Shape(80.0, 31.0), Drain.ENGINE_SHAPE)
-    foreign = cap.estimator.foreign
+    foreign = cap.estimator.probes_alone
     assert foreign is not None
     foreign.decode = learned_model()
     clock.now += 10.0  # the free-slot probes leave the wait's window

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from tests.support.daemon import daemon, scrape, value
-from tests.support.foreign_accuracy import Level, drain, foreign_load
 from tests.support.machine import LoopLag, snapshot_at
+from tests.support.probes_alone_accuracy import Level, drain, foreign_load
 from tests.support.vllm import MODEL_NAME, SLOTS, Samples, engine_samples, log_tail
 
 pytestmark = pytest.mark.vllm

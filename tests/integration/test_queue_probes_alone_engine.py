@@ -2,7 +2,7 @@
 
 The engine serves another process (`foreign_load`); the daemon only probes, with no
 `metrics_url`; the test reads `llamacpp:requests_deferred` / `requests_processing` itself.
-Levels and bounds as in test_queue_foreign_sim: Poisson at half the capacity, closed loops of
+Levels and bounds as in test_queue_probes_alone_sim: Poisson at half the capacity, closed loops of
 2× and 5× the slots; waiting MAE ≤ max(1, 25 % of the mean true depth), running MAE ≤
 max(1, 25 % of the slots), against the truth averaged over the trailing 5 s.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.engine import llama_server_fixture
-from tests.support.foreign_accuracy import (
+from tests.support.probes_alone_accuracy import (
     Level,
     check,
     evidence,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.foreign_accuracy import (
+from tests.support.probes_alone_accuracy import (
     Level,
     check,
     evidence,

@@ -10,7 +10,7 @@ import pytest
 from prober.capacity.decode import _MIN_PAIRS, _MIN_SLOT_PAIRS, DecodeModel, median_gap, slots_from
 from prober.capacity.inflight import ProbesInFlight
 from prober.capacity.own import QueueEstimator
-from prober.capacity.probes import Basis, ForeignEstimator, ProbeSample, Shape, Traffic
+from prober.capacity.probes import Basis, ProbesAloneEstimator, ProbeSample, Shape, Traffic
 from prober.kinds import Drain
 from tests.support.clock import Clock
 from tests.support.results import timed_result
@@ -133,8 +133,8 @@ UNSTATED = Traffic(None, Drain.PROBE_SHAPE)  # no `traffic:`, no engine counters
 
 def _estimator(
     clock: Clock, hint: int | None = 4, traffic: Traffic = LIKE_PROBES
-) -> ForeignEstimator:
-    return ForeignEstimator(PROBE_SHAPE, lambda: traffic, hint, ProbesInFlight(clock), clock)
+) -> ProbesAloneEstimator:
+    return ProbesAloneEstimator(PROBE_SHAPE, lambda: traffic, hint, ProbesInFlight(clock), clock)
 
 
 def _queued(clock: Clock, wait: float, decode: float = 0.75, prefill: float = 0.05) -> ProbeSample:
@@ -327,7 +327,7 @@ def test_no_figure_without_slots_or_data() -> None:
 def test_a_pair_gives_the_jump_of_one_more_sequence() -> None:
     clock = Clock()
     foreign = _estimator(clock)
-    estimator = QueueEstimator(clock=clock, slots_hint=4, foreign=foreign)
+    estimator = QueueEstimator(clock=clock, slots_hint=4, probes_alone=foreign)
     # The first probe decodes beside one other sequence; its companion, sent at 0.2 s into
     # that decode, joins at 0.3 s; the first probe's gaps then grow by β.
     before = [gap(2)] * 8
@@ -390,7 +390,7 @@ def test_the_drain_rate_and_its_basis_are_exported() -> None:
         max_tokens=16, traffic={"output_tokens": 31, "prompt_tokens": 80},
     )  # fmt: skip
     cap = TargetCapacity(Target.from_config(cfg), ScrapeRecorder(Metrics(CollectorRegistry())))
-    foreign = cap.estimator.foreign
+    foreign = cap.estimator.probes_alone
     assert foreign is not None
     foreign.observe(ProbeSample(foreign._clock(), 2.0, 0.05, 0.75, 0.05, True))
     registry = CollectorRegistry()

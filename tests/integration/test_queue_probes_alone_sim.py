@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.foreign_accuracy import (
+from tests.support.margins import holds
+from tests.support.probes_alone_accuracy import (
     Level,
     check,
     evidence,
@@ -25,7 +26,6 @@ from tests.support.foreign_accuracy import (
     sim_process,
     table,
 )
-from tests.support.margins import holds
 
 SLOTS = 4
 # A decode step that grows 30 % per extra sequence: slow enough to read from the gaps.
