@@ -1,7 +1,7 @@
 """The closed loop, short: one replica measured by bench, its emitted ScaledObject, and two
 policies (GPU utilisation at 80 %, the shipped combination) on the same seeded trace, with
 real simulator replicas and sidecar daemons as processes and a real Prometheus evaluating
-the shipped rules (prober/autoscale, docs/autoscaling.md).
+the shipped rules (bench/autoscaling, docs/autoscaling.md).
 
 The trace is the full run's first 12 real minutes (baseline, ramp, the start of the step).
 It asserts the shape the full run measured, never a time: GPU utilisation, which reads near
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from prober.autoscale.main import experiment
+from bench.autoscaling.main import experiment
 from tests.support.deploy import missing_tool, prometheus_bin_dir
 from tests.support.margins import holds
 

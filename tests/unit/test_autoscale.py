@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prober.autoscale.hpa import Behavior, Hpa, ScalingPolicy, ScalingRules, desired_for_metric
-from prober.autoscale.policy import from_scaled_object, standard_policies
-from prober.autoscale.prometheus import scale_ranges
-from prober.autoscale.report import recovery, replica_seconds, summarize, table, ttft_p95_bins
-from prober.autoscale.trace import (
+from bench.autoscaling.hpa import Behavior, Hpa, ScalingPolicy, ScalingRules, desired_for_metric
+from bench.autoscaling.policy import from_scaled_object, standard_policies
+from bench.autoscaling.prometheus import scale_ranges
+from bench.autoscaling.report import recovery, replica_seconds, summarize, table, ttft_p95_bins
+from bench.autoscaling.trace import (
     DIURNAL_DAY_SECONDS,
     DIURNAL_MEAN_LOAD,
     Segment,
@@ -28,7 +28,7 @@ from prober.autoscale.trace import (
     replayed,
     standard,
 )
-from prober.autoscale.traffic import Spec, _schedule
+from bench.autoscaling.traffic import Spec, _schedule
 from prober.bench.keda import derive, scaled_object
 from prober.sim import SimConfig
 from prober.sim.engine import Engine

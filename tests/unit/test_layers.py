@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("fleet", {"fleet"}),
     ("daemon", {"web", "status"}),
     ("tools", {"sim", "bench"}),
-    ("experiments", {"demo", "autoscale"}),
+    ("experiments", {"demo"}),
     ("command line", {"cli"}),
 ]
 LAYER = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}

@@ -20,11 +20,13 @@ from typing import Any
 
 import aiohttp
 
-from prober.autoscale import prometheus
-from prober.autoscale.fleet import Engine, Fleet, Sidecar, free_port
-from prober.autoscale.hpa import Hpa, desired_for_metric
-from prober.autoscale.policy import Policy
-from prober.autoscale.trace import Trace
+from . import prometheus
+from .fleet import Engine, Fleet, Sidecar, free_port
+from .hpa import Hpa, desired_for_metric
+from .policy import Policy
+from .trace import Trace
+
+_ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 _WARMUP_LIMIT_SECONDS = 60.0
 _OVERRUN_SECONDS = 60.0
@@ -82,10 +84,11 @@ async def _traffic(setup: Setup, fleet: Fleet, work: Path) -> asyncio.subprocess
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "prober.autoscale.traffic",
+            "bench.autoscaling.traffic",
             str(work / "traffic.json"),
             stdout=log,
             stderr=log,
+            cwd=_ROOT,  # where `bench` is a package, whatever the caller's folder
         )
 
 

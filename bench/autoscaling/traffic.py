@@ -1,13 +1,13 @@
 """The traffic process: the trace's requests, spread over ready replicas like a Service.
 
-Run as `python -m prober.autoscale.traffic SPEC.json`. The spec names the trace (and the file
-it replays, if any), the capacity that scales it, the request shape, the endpoints file
-(written by the controller: one base URL per line, the ready replicas, as an EndpointSlice
-lists them) and where to write the records. Arrivals follow an absolute schedule; each is a
-task, never awaited before the next (open loop). The replica is chosen round-robin over the
-endpoints read at most `endpoints_refresh` seconds ago (kube-proxy's propagation). One JSON
-line per request: scheduled offset, TTFT and end (seconds from the run's start), outcome and
-replica.
+Run as `python -m bench.autoscaling.traffic SPEC.json` from the repository. The spec names
+the trace (and the file it replays, if any), the capacity that scales it, the request shape,
+the endpoints file (written by the controller: one base URL per line, the ready replicas, as
+an EndpointSlice lists them) and where to write the records. Arrivals follow an absolute
+schedule; each is a task, never awaited before the next (open loop). The replica is chosen
+round-robin over the endpoints read at most `endpoints_refresh` seconds ago (kube-proxy's
+propagation). One JSON line per request: scheduled offset, TTFT and end (seconds from the
+run's start), outcome and replica.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from prober.autoscale.trace import Segment, Trace, arrivals, replayed
+from .trace import Segment, Trace, arrivals, replayed
 
 _MAX_IN_FLIGHT = 5000
 Record = dict[str, Any]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from prober.autoscale.hpa import Behavior, MetricType, ScalingPolicy, ScalingRules
+from .hpa import Behavior, MetricType, ScalingPolicy, ScalingRules
 
 
 @dataclass(frozen=True, slots=True)

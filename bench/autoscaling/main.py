@@ -21,21 +21,22 @@ from typing import Any
 
 import yaml
 
-from prober.autoscale import report
-from prober.autoscale.experiment import Setup, run_policy
-from prober.autoscale.fleet import Engine, Sidecar
-from prober.autoscale.policy import (
+from prober.bench import BenchConfig, measure
+from prober.bench.keda import Budgets, derive, header, scaled_object
+from prober.loadconfig import LengthConfig
+
+from . import report
+from .experiment import Setup, run_policy
+from .fleet import Engine, Sidecar
+from .policy import (
     by_name,
     from_scaled_object,
     saturation_trigger,
     standard_policies,
 )
-from prober.autoscale.trace import TRACES
-from prober.bench import BenchConfig, measure
-from prober.bench.keda import Budgets, derive, header, scaled_object
-from prober.loadconfig import LengthConfig
+from .trace import TRACES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # bench/autoscaling/ -> the repository
 RULES = ROOT / "deploy" / "prometheus" / "rules" / "llm-prober.rules.yml"
 POLICIES = ("gpu-util", "queue", "ttft-p95", "saturation", "shipped")
 

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prober.autoscale.trace import Trace
 from prober.bench.stats import percentile
+
+from .trace import Trace
 
 Record = dict[str, Any]
 
