@@ -1,6 +1,6 @@
-"""Writes the shipped synthetic trace, `prober/traces/diurnal.jsonl`, deterministically.
+"""Writes the shipped synthetic trace, `prober/load/traces/diurnal.jsonl`, deterministically.
 
-    .venv/bin/python bench/make_trace.py            # rewrites prober/traces/diurnal.jsonl
+    .venv/bin/python bench/make_trace.py            # rewrites prober/load/traces/diurnal.jsonl
     .venv/bin/python bench/make_trace.py --out x.jsonl
 
 One "day" compressed into 300 s: the rate follows a daily cycle (0.3x the mean at night, 1.7x
@@ -28,7 +28,7 @@ BURSTS = (60.0, 130.0, 175.0, 240.0)  # starts, seconds
 BURST_SECONDS, BURST_RATE = 8.0, 12.0
 BLOCK = 512
 SEED = 20_260_101
-OUT = Path(__file__).resolve().parents[1] / "prober" / "traces" / "diurnal.jsonl"
+OUT = Path(__file__).resolve().parents[1] / "prober" / "load" / "traces" / "diurnal.jsonl"
 # kind: (share, prompt median, sigma, answer median, sigma)
 KINDS = {
     "chat": (0.6, 700.0, 0.8, 120.0, 0.8),

@@ -55,7 +55,7 @@ async def _drive(
 
     from prober.capacity.own import OwnLoad
     from prober.capacity.target import TargetCapacity
-    from prober.load import LoadDriver
+    from prober.load.driver import LoadDriver
     from prober.metrics import Metrics
     from prober.record import Recorder, ScrapeRecorder
     from prober.result import RequestResult

@@ -33,7 +33,7 @@ class Engine(StrEnum):
 Arrival = Literal["poisson", "constant", "gamma"]
 ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
 
-# Distributions of prompt and answer lengths in tokens (prober/workload.py).
+# Distributions of prompt and answer lengths in tokens (prober/load/workload.py).
 LengthDist = Literal["fixed", "uniform", "normal", "lognormal", "empirical"]
 LENGTH_DISTS: tuple[LengthDist, ...] = get_args(LengthDist)
 

@@ -1,6 +1,6 @@
 """The base of every configuration section: frozen, unknown keys refused, no bool as a number.
 
-`Section` is what `settings` and `loadconfig` build their models on; `unwrap` reads through
+`Section` is what `settings` and `load.config` build their models on; `unwrap` reads through
 `Annotated` and `| None` to a field's own type (the environment source uses it too).
 """
 

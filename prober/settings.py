@@ -21,7 +21,7 @@ from prober.config.server import LoggingConfig, ServerConfig, ShardConfig
 from prober.config.sources import NOT_SETTINGS, EnvironmentSource, YamlSource, apply_environment
 from prober.config.target import SloConfig, TargetConfig, TimeoutsConfig, TlsConfig, TrafficConfig
 from prober.config.urls import check_url
-from prober.loadconfig import LoadConfig
+from prober.load.config import LoadConfig
 from prober.section import MAX_SECONDS
 from prober.validation import field_path
 

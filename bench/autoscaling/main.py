@@ -23,7 +23,7 @@ import yaml
 
 from prober.bench import BenchConfig, measure
 from prober.bench.keda import Budgets, derive, header, scaled_object
-from prober.loadconfig import LengthConfig
+from prober.load.config import LengthConfig
 
 from . import report
 from .experiment import Setup, run_policy

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from prober.workload import Replay, Request, check_trace, read_trace, replay, resolve_trace
+from prober.load.workload import Replay, Request, check_trace, read_trace, replay, resolve_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class Segment:
 class Trace:
     """The load's envelope, and what the report reads from it.
 
-    `replay`: a trace file (`builtin:NAME` or a path, prober/workload.py's format) whose own
+    `replay`: a trace file (`builtin:NAME` or a path, prober/load/workload.py's format) whose own
     requests the traffic process sends, arrival for arrival with their lengths, scaled so that
     the envelope's load is met; empty: Poisson arrivals at the envelope's rate, every request
     of the engine profile's shape. `columns`: the phases the report's table shows;
@@ -116,7 +116,7 @@ def short(scale: float = 1.0) -> Trace:
     )
 
 
-# `diurnal`: the shipped trace's day (prober/traces/diurnal.jsonl, 300 s) stands for this long.
+# `diurnal`: the shipped trace's day (prober/load/traces/diurnal.jsonl, 300 s) stands for this long.
 DIURNAL_DAY_SECONDS = 1800.0
 DIURNAL_MEAN_LOAD = 1.6  # replica capacities over the day (night 0.5, midday 2.3, bursts 3 to 7)
 _DIURNAL_BIN_SECONDS = 2.0  # of the file's time: 12 s of the day

@@ -26,7 +26,7 @@ from pydantic_core import ErrorDetails
 
 from prober.config.flags import TARGET_FLAGS, TargetFlags
 from prober.kinds import Api, Arrival, EventLoopChoice
-from prober.loadconfig import LengthConfig, LoadConfig, RateSchedule, TraceConfig, lengths_field
+from prober.load.config import LengthConfig, LoadConfig, RateSchedule, TraceConfig, lengths_field
 from prober.request import BENCH_CONNECT_SECONDS, DEFAULT_TIMEOUTS
 from prober.settings import TargetConfig, field_path
 from prober.timings import Slo

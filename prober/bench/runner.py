@@ -38,8 +38,8 @@ from prometheus_client import CollectorRegistry
 from prober.bench.config import MAX_CONCURRENCY, BenchConfig, Level, Mode
 from prober.bench.watch import ClientLoad, ClientWatch
 from prober.config.flags import FLAG_NAMES
-from prober.load import LoadDriver, requests
-from prober.loadconfig import LoadConfig
+from prober.load.config import LoadConfig
+from prober.load.driver import LoadDriver, requests
 from prober.metrics import Metrics
 from prober.preflight import diagnosis
 from prober.prompts import PromptBuilder
@@ -170,7 +170,7 @@ class BenchRunner:
         self._on_result = on_result or (lambda _: None)
         self._on_phase = on_phase or (lambda *_: None)
         # The closed loop's lengths: one seeded stream for the sweep, drawn in send order (the
-        # open loop's, prober/load.py, is seeded alike).
+        # open loop's, prober/load/driver.py, is seeded alike).
         self._rng = random.Random(f"lengths:{cfg.seed}")
         self._prompt_lengths = cfg.input_len.sampler()
         self._answer_lengths = cfg.output_len.sampler()

@@ -12,6 +12,6 @@
 - `sources`: the YAML file and the `LLMPROBER_*` environment as pydantic-settings sources;
 - `model`: the whole `Settings` and `load_settings`, which validates it once.
 
-A target's `load:` section is `prober.loadconfig`; every section is built on
+A target's `load:` section is `prober.load.config`; every section is built on
 `prober.section.Section`; every fault is worded by `prober.validation`.
 """

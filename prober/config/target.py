@@ -29,7 +29,7 @@ from prober.config.proxy import ProxyConfig
 from prober.config.secrets import ProxyRoute, proxy_route, register_secrets
 from prober.config.urls import check_url
 from prober.kinds import Api, Connection, Engine
-from prober.loadconfig import LoadConfig
+from prober.load.config import LoadConfig
 from prober.request import DEFAULT_TIMEOUTS, Timeouts
 from prober.section import MAX_SECONDS, PositiveSeconds
 from prober.section import Section as _Strict

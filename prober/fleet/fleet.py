@@ -32,7 +32,7 @@ from prober.capacity.target import CapacityCollector, TargetCapacity
 from prober.fleet.changes import Effect, effects
 from prober.fleet.member import Member, drain_tasks, ended
 from prober.fleet.shard import owns
-from prober.load import LoadDriver, Shard
+from prober.load.driver import LoadDriver, Shard
 from prober.logs import get_logger
 from prober.metrics import Labels, Metrics
 from prober.record import Recorder, ScrapeRecorder

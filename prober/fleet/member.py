@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from prober.capacity.target import TargetCapacity
-from prober.load import LoadDriver
+from prober.load.driver import LoadDriver
 from prober.result import RequestResult
 from prober.targets import Target
 

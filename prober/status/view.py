@@ -26,7 +26,7 @@ from prober.capacity.own import Estimate
 from prober.capacity.target import WITHHELD_FIX, TargetCapacity
 from prober.fleet.member import Member
 from prober.kinds import Drain
-from prober.load import LoadDriver
+from prober.load.driver import LoadDriver
 from prober.logs import safe_line
 from prober.recent import ProbeRecord, RecentProbes
 from prober.result import Outcome

@@ -1,4 +1,4 @@
-"""prober.load.LoadDriver against the simulator: the schedule is absolute, the cap holds,
+"""prober.load.driver.LoadDriver against the simulator: the schedule is absolute, the cap holds,
 a new rate starts a fresh schedule, and stopping leaves nothing behind."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import time
 
-from prober.load import LoadDriver
+from prober.load.driver import LoadDriver
 from prober.result import RequestResult
 from prober.settings import LoadConfig, TargetConfig
 from prober.targets import Target

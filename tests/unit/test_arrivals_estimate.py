@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
-from prober.arrivals import RateClock, arrival_offsets, scheduled_offsets
 from prober.capacity.own import OwnLoad, PrefillBaseline, QueueEstimator, SlotOccupancy
+from prober.load.arrivals import RateClock, arrival_offsets, scheduled_offsets
 from tests.support.results import timed_result
 
 

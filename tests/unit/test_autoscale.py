@@ -30,9 +30,9 @@ from bench.autoscaling.trace import (
 )
 from bench.autoscaling.traffic import Spec, _schedule
 from prober.bench.keda import derive, scaled_object
+from prober.load.workload import read_trace, resolve_trace
 from prober.sim import SimConfig
 from prober.sim.engine import Engine
-from prober.workload import read_trace, resolve_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "deploy/kubernetes/autoscale-keda/keda-scaledobject.yaml"

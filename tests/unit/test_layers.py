@@ -15,30 +15,32 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "prober"
 
 # Low to high. A module of prober/ is named by its file (`timings`), a subpackage by its folder
-# (`bench`: its modules import each other freely); `prober` is the package's own __init__.
+# (`bench`: its modules import each other freely), a module of a `SPANNING` package by both
+# (`load.driver`); `prober` is the package's own __init__.
 LAYERS: list[tuple[str, set[str]]] = [
     ("vocabulary", {"prober", "kinds", "result", "logs", "metric_specs"}),
     (
         "leaf helpers",
         {
             "timings",
-            "arrivals",
+            "load",
+            "load.arrivals",
             "prompts",
             "runtime",
             "webconfig",
             "validation",
-            "workload",
+            "load.workload",
             "checks",
             "cadence",
         },
     ),
     ("one request, one signal", {"request", "summary", "metrics", "recent"}),
     ("exposition", {"exposition", "scrapes"}),
-    ("configuration", {"section", "loadconfig", "config", "settings", "targets"}),
+    ("configuration", {"section", "load.config", "config", "settings", "targets"}),
     ("discovery", {"discovery"}),
     ("capacity", {"capacity"}),
     ("recording", {"record"}),
-    ("probes and load", {"schedule", "load", "preflight"}),
+    ("probes and load", {"schedule", "load.driver", "preflight"}),
     ("fleet", {"fleet"}),
     ("daemon", {"web", "status"}),
     ("tools", {"sim", "bench"}),
@@ -58,9 +60,16 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+# Packages whose modules sit on different layers, each placed on its own (`load.config` with
+# the settings, `load.driver` above the recording it feeds); their __init__ imports nothing.
+SPANNING = {"load"}
+
+
 def unit(module: str) -> str:
     """The name `LAYERS` knows `module` by."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] in SPANNING:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "prober"
 
 

@@ -1,4 +1,4 @@
-"""prober.workload: length distributions, trace parsing and replay, shared prefixes in the
+"""prober.load.workload: length distributions, trace parsing and replay, shared prefixes in the
 prompts; plain numbers and small files, seeded."""
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from prober import workload
-from prober.prompts import PromptBuilder, SharedPrefix
-from prober.workload import (
+from prober.load import workload
+from prober.load.workload import (
     Empirical,
     Fixed,
     Replay,
@@ -32,6 +31,7 @@ from prober.workload import (
     replay,
     resolve_trace,
 )
+from prober.prompts import PromptBuilder, SharedPrefix
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 20_000
@@ -217,7 +217,7 @@ def test_reading_streams_the_file(tmp_path: Path) -> None:
 
 
 def test_builtin_traces_resolve() -> None:
-    assert resolve_trace("builtin:diurnal") == ROOT / "prober" / "traces" / "diurnal.jsonl"
+    assert resolve_trace("builtin:diurnal") == ROOT / "prober" / "load" / "traces" / "diurnal.jsonl"
     with pytest.raises(ValueError, match=r"no built-in trace 'x' \(there are: diurnal\)"):
         resolve_trace("builtin:x")
     assert resolve_trace("a/b.jsonl") == Path("a/b.jsonl")
@@ -330,7 +330,7 @@ def test_the_shipped_trace_is_the_generator_output_and_has_its_shape() -> None:
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    path = ROOT / "prober" / "traces" / "diurnal.jsonl"
+    path = ROOT / "prober" / "load" / "traces" / "diurnal.jsonl"
     text = path.read_text()
     assert module.generate() == text, "run: .venv/bin/python bench/make_trace.py"
     assert len(text.encode()) < 200_000

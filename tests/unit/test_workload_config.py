@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from prober.bench.cli import add_bench_parser, config_from_args
 from prober.bench.runner import BenchRunner, PrefetchingPrompts
-from prober.load import LoadDriver, mean_rate, requests
+from prober.load.driver import LoadDriver, mean_rate, requests
 from prober.metrics import Metrics
 from prober.prompts import PromptBuilder, SharedPrefix
 from prober.record import Recorder
@@ -516,7 +516,7 @@ async def test_bench_draws_lengths_per_request_and_replays_a_trace() -> None:
     runner.target = target = recording_target()
     results, dropped = await runner._open(None, cfg.sweep[0])  # type: ignore[arg-type]
     assert (len(results), dropped) == (25, 0)
-    lines = (ROOT / "prober" / "traces" / "diurnal.jsonl").read_text().splitlines()[:25]
+    lines = (ROOT / "prober" / "load" / "traces" / "diurnal.jsonl").read_text().splitlines()[:25]
     expected = [(json.loads(line)["input_length"], json.loads(line)["output_length"])
                 for line in lines]  # fmt: skip
     assert [(p, m) for _, p, m, _ in target.sent][:25] == expected

@@ -1,5 +1,5 @@
 """The `load:` section of a target: where the open-loop arrivals come from and how long each
-request is (prober/workload.py draws them, prober/load.py sends them).
+request is (prober/load/workload.py draws them, prober/load/driver.py sends them).
 
 Exactly one source of arrivals: `rate` (mean arrivals/s, gaps by `arrival`, gamma's shape
 `burstiness`), `schedule` (rate steps) or `trace` (a replayed JSONL file, read and checked in
@@ -14,8 +14,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from prober import workload
 from prober.kinds import Arrival, LengthDist
+from prober.load import workload
 from prober.section import PositiveSeconds, Section
 from prober.validation import bound, field_error, wrong
 
@@ -36,7 +36,7 @@ _LENGTH_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 class LengthConfig(Section):
-    """A distribution of token counts (prompt or answer); prober/workload.py draws from it.
+    """A distribution of token counts (prompt or answer); prober/load/workload.py draws from it.
 
     normal and lognormal are truncated to [min, max] (drawn from the distribution
     conditioned on the window, never clipped onto its bounds); min defaults to 1.
@@ -165,9 +165,9 @@ class RateSchedule(Section):
 
 
 class TraceConfig(Section):
-    """Replay of a JSONL trace (prober/workload.py), read and checked in full at load time."""
+    """Replay of a JSONL trace (prober/load/workload.py), read and checked in full at load time."""
 
-    path: str  # a file, or builtin:NAME for one shipped in prober/traces/
+    path: str  # a file, or builtin:NAME for one shipped in prober/load/traces/
     time_scale: Annotated[float, Field(gt=0, le=10_000)] = 1.0  # 0.1: ten times faster
     rate_scale: Annotated[float, Field(ge=0.01, le=100)] = 1.0  # requests x k, same timeline
     loop: bool = True

@@ -32,9 +32,10 @@ from contextlib import aclosing
 
 import aiohttp
 
-from prober.arrivals import RateClock, arrival_offsets, scheduled_offsets
 from prober.capacity.own import OwnLoad
-from prober.loadconfig import LoadConfig
+from prober.load.arrivals import RateClock, arrival_offsets, scheduled_offsets
+from prober.load.config import LoadConfig
+from prober.load.workload import Request, TraceError, replay
 from prober.logs import get_logger
 from prober.prompts import PromptBuilder
 from prober.record import Mode, Recorder, cancelled
@@ -42,7 +43,6 @@ from prober.result import RequestResult
 from prober.runtime import start_now
 from prober.settings import TargetConfig
 from prober.targets import Target
-from prober.workload import Request, TraceError, replay
 
 log = get_logger("prober.load")
 LoadHook = Callable[[RequestResult], None]

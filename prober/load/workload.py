@@ -18,7 +18,7 @@ up to `MAX_TOKENS`, timestamps finite, non-decreasing and within `MAX_SPAN_MS` o
 Nothing of the file is held but the line being read. Only a regular file is read: the path
 is opened non-blocking and checked (`fstat`) before a byte is read, so a FIFO or a device is
 refused at once instead of blocking the open. Reading blocks: the load driver reads off the
-event loop (prober/load.py).
+event loop (prober/load/driver.py).
 
 **Pace.** However a trace is scaled, the requests due in the first t seconds of a pass are at
 most `MAX_RATE` × t + `MAX_BURST` (`Pace`: a token bucket over the replay's own timeline,
@@ -209,7 +209,7 @@ class TraceSummary:
 
 
 def resolve_trace(text: str) -> Path:
-    """A trace file's path: `builtin:NAME` names one shipped in `prober/traces/`."""
+    """A trace file's path: `builtin:NAME` names one shipped in `prober/load/traces/`."""
     if text.startswith(BUILTIN):
         name = text.removeprefix(BUILTIN)
         shipped = sorted(p.stem for p in BUILTIN_TRACES.glob("*.jsonl"))
