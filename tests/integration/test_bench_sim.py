@@ -302,7 +302,10 @@ def test_knee_found_where_the_slots_run_out(tmp_path: Path) -> None:
     cap = doc["capacity"]
     assert cap["level"] == {"concurrency": 16}
     assert cap["trend"] == "flat"
-    assert cap["plateau_from"] == {"concurrency": 4}
+    # Flat from where the slots run out: c=4, or c=8 where c=4's interval is too wide to call
+    # it flat (16 requests in four waves: 17.8-19.7 req/s against c=16's 19.6-19.7 in one
+    # run, a ratio interval reaching past +10 %); never before the slots are all busy.
+    assert cap["plateau_from"] in ({"concurrency": 4}, {"concurrency": 8})
     assert cap["lower_bound"] is False
     assert doc["warnings"] == []
     assert sorted(p.name for p in plots.iterdir()) == ["throughput.png", "tpot.png", "ttft.png"]

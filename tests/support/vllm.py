@@ -13,8 +13,9 @@ The engine: `--max-num-seqs 4` (the slots the tests name), a 512-token context,
 `--enforce-eager` (torch.compile would add three minutes to the start), the engine core and
 worker at niceness 10 (`_yield_to_clients`: they busy the machine's cores), bf16 where the CPU
 computes it natively and fp32 elsewhere (`dtype()`), a 1 GiB KV cache, the model served as `m`
-(the name the tests send; vLLM refuses any other). Its log goes to a temporary file whose tail
-`log_tail()` gives a failing test's message.
+(the name the tests send; vLLM refuses any other), `--enable-prompt-tokens-details` (the
+cached prompt tokens in each answer's usage; prefix caching is on by default). Its log goes to
+a temporary file whose tail `log_tail()` gives a failing test's message.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def _command(python: Path, model: Path, port: int) -> list[str]:
         "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", "512", "--max-num-seqs", str(SLOTS), "--dtype", dtype(),
         "--enforce-eager", "--chat-template", str(model / "chat-template.jinja"),
+        "--enable-prompt-tokens-details",
     ]  # fmt: skip
 
 
