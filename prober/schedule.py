@@ -152,10 +152,9 @@ class ProbeScheduler:
             return
         self._scheduler.add_job(
             self._cache_job,
-            "interval",
+            phased(job, cache.interval_seconds, None, datetime.now(UTC)),
             args=(target.name,),
             id=job,
-            seconds=cache.interval_seconds,
             max_instances=1,
             coalesce=True,
             misfire_grace_time=max(1, int(cache.interval_seconds)),
