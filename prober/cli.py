@@ -174,7 +174,7 @@ def checked(settings: Settings) -> str:
 
 def run_daemon(config: Path | None) -> int:
     from prober.fleet.reload import ConfigSource
-    from prober.runtime import new_event_loop, tune_gc
+    from prober.runtime import favour_the_loop, new_event_loop, tune_gc
     from prober.web import RELOADER, WEB, build_app
 
     settings = load_settings(config)
@@ -191,6 +191,7 @@ def run_daemon(config: Path | None) -> int:
     loop.add_signal_handler(signal.SIGHUP, app[RELOADER].trigger, "sighup")
     web_config = app[WEB].config
     tune_gc()  # after start-up allocated its long-lived objects
+    favour_the_loop()  # a render in its worker thread holds the loop back less
     log.info(
         "starting",
         version=__version__,

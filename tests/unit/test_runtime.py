@@ -130,3 +130,13 @@ async def test_start_now_runs_a_task_up_to_its_first_wait_where_python_can() -> 
     assert ran == (["written"] if sys.version_info >= (3, 12) else [])
     assert await task == "done"
     assert ran == ["written", "answered"]
+
+
+def test_the_loop_gets_the_gil_back_within_a_millisecond() -> None:
+    before = sys.getswitchinterval()
+    try:
+        assert runtime.favour_the_loop() == before
+        assert sys.getswitchinterval() == pytest.approx(runtime.SWITCH_INTERVAL_SECONDS)
+        assert before > runtime.SWITCH_INTERVAL_SECONDS  # CPython's default is 5 ms
+    finally:
+        sys.setswitchinterval(before)
