@@ -1,7 +1,7 @@
-"""The daemon's event loop and garbage collector, chosen for stamp accuracy.
+"""The daemon's event loop, garbage collector and GIL hand-over, chosen for stamp accuracy.
 
 Every latency is a `perf_counter_ns()` taken when a task runs, so anything that delays a
-task delays a stamp. Two choices; their figures, dated, are in docs/performance.md:
+task delays a stamp. Three choices; their figures, dated, are in docs/performance.md:
 
 - **uvloop when installed** (the `fast` extra): less CPU per token and a lower dispatch lag
   on the same code (its timers wake closer to the deadline than asyncio's
