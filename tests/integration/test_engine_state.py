@@ -21,7 +21,7 @@ import pytest
 from tests.support.daemon import daemon, scrape, value, wait_for
 from tests.support.engine import llama_server
 from tests.support.probes_alone_accuracy import Level, foreign_load
-from tests.support.stall import server_pid, until_state, watch_states
+from tests.support.stall import cache_probe_figures, server_pid, until_state, watch_states
 
 pytestmark = pytest.mark.engine
 STALL = 3.0
@@ -90,7 +90,6 @@ async def test_cache_probe_hit_is_faster_than_its_miss_and_confirmed() -> None:
         cache = {"prefix_tokens": 256, "interval_seconds": 2}
         config = target(base, interval_seconds=30, cache_probe=cache)
         async with daemon({"targets": [config]}) as (url, _):
-            labels = {"target": "llama"}
 
             async def pairs() -> bool:
                 samples = await scrape(url)
@@ -100,17 +99,7 @@ async def test_cache_probe_hit_is_faster_than_its_miss_and_confirmed() -> None:
             # A pair's prefill took 7 to 12 s on two cores shared with other work.
             await wait_for(pairs, timeout=300)
             samples = await scrape(url)
-        ttft = "llmprober_cache_probe_ttft_seconds"
-        mean = {
-            r: value(samples, f"{ttft}_sum", result=r, **labels)
-            / value(samples, f"{ttft}_count", result=r, **labels)
-            for r in ("miss", "hit")
-        }
-        confirmed = {
-            (r, c): value(samples, "llmprober_cache_probe_total", result=r, confirmed=c)
-            for r in ("miss", "hit")
-            for c in ("true", "false", "unknown")
-        }
+        mean, confirmed = cache_probe_figures(samples)
         print(f"cache probe mean TTFT {mean}, counts {confirmed}")
         assert mean["hit"] < mean["miss"]
         assert confirmed[("hit", "true")] >= 2

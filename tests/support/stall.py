@@ -1,5 +1,6 @@
 """Freezing, resuming and killing a real engine behind the daemon's back, and watching what the
-daemon says of it (`/-/engine`, `llmprober_engine_state`): the engine-state tests' tools.
+daemon says of it (`/-/engine`, `llmprober_engine_state`): the engine-state tests' tools; and
+what the cache probe measured (`cache_probe_figures`), which the same tests read.
 
 The daemon is never told what the test did: it judges from its own requests and the engine's
 `/metrics` alone.
@@ -12,10 +13,12 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from tests.support.daemon import value
 from tests.support.machine import process_stats
 
 
@@ -97,3 +100,21 @@ async def watch_states(url: str, target: str, seconds: float, every: float = 0.2
             watched.reasons.append(reason)
             await asyncio.sleep(every)
     return watched
+
+
+def cache_probe_figures(
+    samples: dict[Any, float],
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """From a scrape of the daemon: the cache probe's mean TTFT by result (miss, hit), and its
+    requests by (result, confirmed)."""
+    ttft = "llmprober_cache_probe_ttft_seconds"
+    mean = {
+        r: value(samples, f"{ttft}_sum", result=r) / value(samples, f"{ttft}_count", result=r)
+        for r in ("miss", "hit")
+    }
+    confirmed = {
+        (r, c): value(samples, "llmprober_cache_probe_total", result=r, confirmed=c)
+        for r in ("miss", "hit")
+        for c in ("true", "false", "unknown")
+    }
+    return mean, confirmed

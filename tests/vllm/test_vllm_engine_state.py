@@ -26,7 +26,7 @@ import aiohttp
 import pytest
 
 from tests.support.daemon import daemon, scrape, value, wait_for
-from tests.support.stall import until_state, vllm_engine_core_pid
+from tests.support.stall import cache_probe_figures, until_state, vllm_engine_core_pid
 from tests.support.vllm import MODEL_NAME, engine_samples, total
 
 pytestmark = pytest.mark.vllm
@@ -117,16 +117,7 @@ async def test_cache_probe_hit_is_faster_than_its_miss_and_confirmed(vllm: str) 
 
         await wait_for(pairs, timeout=240)
         samples = await scrape(url)
-    ttft = "llmprober_cache_probe_ttft_seconds"
-    mean = {
-        r: value(samples, f"{ttft}_sum", result=r) / value(samples, f"{ttft}_count", result=r)
-        for r in ("miss", "hit")
-    }
-    confirmed = {
-        (r, c): value(samples, "llmprober_cache_probe_total", result=r, confirmed=c)
-        for r in ("miss", "hit")
-        for c in ("true", "false", "unknown")
-    }
+    mean, confirmed = cache_probe_figures(samples)
     print(f"vLLM cache probe mean TTFT {mean}, counts {confirmed}")
     assert mean["hit"] < mean["miss"]
     assert confirmed[("hit", "true")] >= 3
