@@ -10,7 +10,7 @@ each a lognormal; hash ids follow Mooncake's format (one id per 512-token block)
 shared system prompts, popular documents and the batch job's common prompt as shared leading
 blocks, so a prefix cache has real sharing to find. Only `random.Random.random()` and the
 standard library's NormalDist are used, so the file is the same on every Python version;
-`tests/unit/test_workload.py` checks that the committed file is exactly this script's output.
+`tests/unit/test_load_workload.py` checks that the committed file is exactly this script's output.
 """
 
 from __future__ import annotations
