@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+_EPSILON = 1e-5  # seconds: ten times a datetime's resolution
+
 
 def phase(name: str, interval: float) -> float:
     """`name`'s offset on a grid of `interval` seconds, in [0, interval): the same in every
@@ -44,14 +46,19 @@ class PhasedInterval(IntervalTrigger):  # type: ignore[misc]  # apscheduler 3 ha
     ) -> datetime | None:
         if previous_fire_time is None:
             return super().get_next_fire_time(None, now)  # type: ignore[no-any-return]
-        start = self.start_date.timestamp()
+        start, step = self.start_date.timestamp(), self.interval_length
         done = previous_fire_time.timestamp()
         # The grid instant after the slot the previous run belonged to: its own jitter (less
-        # than an interval) never moves the next one.
-        k = 0 if done < start else math.floor((done - start) / self.interval_length) + 1
-        fire = start + k * self.interval_length
+        # than an interval) never moves the next one. A datetime holds microseconds, so a run
+        # on the grid can read a hair before its instant: without the margin it was taken
+        # for the slot before, and the same instant came back forever (a scheduler that
+        # never left its loop, at 0.2 s intervals).
+        k = 0 if done < start - _EPSILON else math.floor((done - start + _EPSILON) / step) + 1
+        fire = start + k * step
         if self.jitter is not None:
             fire += random.uniform(0, self.jitter)
+        while fire <= done:  # never the previous run's instant, or one before it
+            fire += step
         return datetime.fromtimestamp(fire, tz=self.timezone)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -70,3 +71,15 @@ def test_a_run_late_past_its_slot_is_followed_by_the_next_slot_not_by_now() -> N
     late = second + timedelta(seconds=3)
     after = trigger.get_next_fire_time(late, late + timedelta(seconds=30))
     assert after - second == timedelta(seconds=10)
+
+
+@pytest.mark.parametrize("interval", [0.1, 0.2, 0.33, 1.0, 2.5, 15.0])
+def test_runs_always_move_on_at_any_interval(interval: float) -> None:
+    """A run on the grid reads a hair before its instant once a datetime has rounded it; the
+    next run must still be the next slot, never the same instant again (which kept the
+    scheduler in its loop for good at 0.2 s)."""
+    for name in ("a", "b", "pool/x"):
+        runs = _runs(name, interval, None, 2000)
+        gaps = [b - a for a, b in itertools.pairwise(runs)]
+        assert min(gaps) == pytest.approx(interval, abs=2e-5)
+        assert max(gaps) == pytest.approx(interval, abs=2e-5)
