@@ -6,7 +6,8 @@ an engine that makes no progress): the test SIGSTOPs vLLM's engine-core process
 answering `/health`, and no token comes. The daemon must say `stalled` within `stall_seconds`
 + one probe interval (plus slack for the poll and two loaded cores), and `ok` again after
 SIGCONT. `metrics_url` is set, so the engine's generation-token counter is read too: it stays
-still while the core is stopped.
+still while the core is stopped. A full engine, never stopped (floods of 3x and 10x its
+sequences and an open-loop flood at twice its capacity), is `busy` and never `stalled`.
 
 The prefix cache (on by default; `--enable-prompt-tokens-details` puts the cached tokens in
 each answer's usage): the cache probe's hit has a lower TTFT than its miss for a 256-token
@@ -26,8 +27,10 @@ import aiohttp
 import pytest
 
 from tests.support.daemon import daemon, scrape, value, wait_for
+from tests.support.engine_floods import FLOOD_ANSWER, flood_row, floods
+from tests.support.probes_alone_accuracy import drain, measure_capacity
 from tests.support.stall import cache_probe_figures, until_state, vllm_engine_core_pid
-from tests.support.vllm import MODEL_NAME, engine_samples, total
+from tests.support.vllm import MODEL_NAME, SLOTS, engine_samples, total
 
 pytestmark = pytest.mark.vllm
 STALL = 4.0
@@ -71,6 +74,29 @@ async def test_a_stopped_engine_core_is_stalled_while_health_says_200(vllm: str)
             os.kill(core, signal.SIGCONT)
         took = await until_state(url, "vllm", "ok", timeout=90)
         print(f"ok {took:.1f} s after SIGCONT")
+
+
+async def test_floods_of_3x_and_10x_the_slots_and_2x_capacity_are_busy_never_stalled(
+    vllm: str,
+) -> None:
+    """A full vLLM is busy, never stalled: closed loops of 3x and 10x its sequences and Poisson
+    arrivals at twice its capacity, 20 s each, from another process; the default stall window
+    (first-token timeout + 2 intervals) and `metrics_url` set. `bench/engine_state.py --engine
+    vllm` runs the same floods for 10 minutes each."""
+    capacity = await measure_capacity(vllm, 2 * SLOTS, 20, *FLOOD_ANSWER)
+    assert capacity > 0, "no completion while the capacity was measured"
+    config = _target(vllm, slots=SLOTS, stall_seconds=None)
+    config["timeouts"] = {"connect_seconds": 2, "first_token_seconds": 20}
+    rows = []
+    async with daemon({"targets": [config]}) as (url, _):
+        await until_state(url, "vllm", "ok", timeout=120)
+        for flood in floods(SLOTS, capacity):
+            rows.append(await flood_row(url, vllm, "vllm", flood, seconds=20))
+            print(f"{SLOTS} sequences, capacity {capacity:.2f}/s; {rows[-1].line()}")
+            await drain(vllm, timeout=180)
+    for row in rows:
+        assert row.false_polls == 0, row.line()
+        assert "busy" in row.shares, row.line()
 
 
 async def test_cached_prompt_tokens_are_those_vllm_counts(vllm: str) -> None:
