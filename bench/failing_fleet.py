@@ -60,11 +60,14 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no
 LINE = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
 
 
-def target(name: str, url: str) -> dict[str, Any]:
-    return {
+def target(name: str, url: str, load_rate: float = 2.0) -> dict[str, Any]:
+    config = {
         "name": name, "url": url, "model": "sim", "interval_seconds": 1, "jitter_seconds": 0.5,
-        "warmup": 0, "max_tokens": 16, "load": {"rate": 2, "max_tokens": 16, "seed": 1},
+        "warmup": 0, "max_tokens": 16,
     }  # fmt: skip
+    if load_rate > 0:
+        config["load"] = {"rate": load_rate, "max_tokens": 16, "seed": 1}
+    return config
 
 
 # -- the failing server ------------------------------------------------------------------------
@@ -127,7 +130,7 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     for i in range(ns.targets):
         way = WAYS[i % len(WAYS)]
         port = ns.hole_port if way == "blackhole" else ns.failing_port
-        targets.append(target(f"{way}-{i}", f"http://127.0.0.1:{port}/{way}/v1"))
+        targets.append(target(f"{way}-{i}", f"http://127.0.0.1:{port}/{way}/v1", ns.failing_load))
     settings = Settings.model_validate(
         {"server": {"listen": f"127.0.0.1:{ns.port}", "grace_seconds": GRACE_SECONDS},
          "logging": {"level": "error"}, "targets": targets}
@@ -183,7 +186,8 @@ def run(ns: argparse.Namespace, sim: Sim, targets: int, ports: tuple[int, int]) 
     out = Path(f"/tmp/llmprober-fleet-run-{port}.json")
     args = [PYTHON, __file__, "--worker", "--port", str(port), "--sim-url", sim.url,
             "--targets", str(targets), "--failing-port", str(ports[0]), "--hole-port",
-            str(ports[1]), "--seconds", str(ns.seconds), "--out", str(out)]  # fmt: skip
+            str(ports[1]), "--seconds", str(ns.seconds), "--out", str(out),
+            "--failing-load", str(ns.failing_load)]  # fmt: skip
     if ns.profile and targets:
         args += ["--profile", ns.profile]
     proc = subprocess.Popen(args, cwd=ROOT)
@@ -212,6 +216,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--failing-load",
+        type=float,
+        default=2.0,
+        metavar="RATE",
+        help="each failing target's Poisson load, requests/s (default 2; 0: none)",
+    )
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--profile", help="write the worker's cProfile here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -214,10 +214,11 @@ def queue_and_health_panels() -> list[tuple[Panel, int, int]]:
                     "delay, included in TTFT (connection set-up is a phase of its own)."),
          6, 8),
         (timeseries("Dropped arrivals", [
-            q(f"{BY_TARGET} (rate(llmprober_load_dropped_total{{{SEL}}}[{RI}]))", "{{target}}",
-              "A"),
-        ], "reqps", "Load arrivals dropped by the in-flight cap: above 0 the load is no longer "
-           "open-loop."), 6, 8),
+            q(f"sum by (target, reason) (rate(llmprober_load_dropped_total{{{SEL}}}[{RI}]))",
+              "{{target}} {{reason}}", "A"),
+        ], "reqps", "Load arrivals not sent. in_flight: the in-flight cap was reached, the load "
+           "is no longer open-loop. silent: the target answered no token for "
+           "load.silent_seconds, and gets its probes only until it does."), 6, 8),
         (timeseries("Time since last probe", [
             q(f"time() - max by (target) (llmprober_last_probe_timestamp_seconds{{{SEL}}})",
               "{{target}}", "A"),

@@ -238,9 +238,12 @@ LOAD_TARGET_RATE = _target(
     "llmprober_load_target_rate", Kind.GAUGE,
     "Configured background-load arrival rate (requests/s).",
 )  # fmt: skip
-LOAD_DROPPED = _target(
+LOAD_DROPPED = MetricSpec(
     "llmprober_load_dropped_total", Kind.COUNTER,
-    "Arrivals not sent because the in-flight cap was reached.",
+    "Background-load arrivals not sent, by why: in_flight (the load's max_in_flight were all in"
+    " flight), silent (no token on any of the target's streams for load.silent_seconds while a"
+    " request waited or failed: a hung or unreachable target gets no more requests).",
+    (*TARGET_LABELS, "reason"),
 )  # fmt: skip
 LOAD_STOPPED = MetricSpec(
     "llmprober_load_stopped_total", Kind.COUNTER,

@@ -43,6 +43,7 @@ from prober.targets import Target
 
 log = get_logger("prober.record")
 ANSWER_LOG_CHARS = 200  # of a probe's answer, logged when a check failed
+DROP_REASONS = ("in_flight", "silent")  # why a load's arrival was not sent (LOAD_DROPPED)
 
 
 class Mode(StrEnum):
@@ -172,15 +173,18 @@ class Recorder:
         labels = target.labels
         self.metrics.child(self.metrics.load_target_rate, (labels.target, labels.model)).set(rate)
         self.metrics.expect(labels, "load")
+        for reason in DROP_REASONS:
+            self.metrics.child(self.metrics.load_dropped, (labels.target, labels.model, reason))
 
     def load_in_flight(self, target: Target, delta: int) -> None:
         labels = target.labels
         self.metrics.child(self.metrics.load_in_flight, (labels.target, labels.model)).inc(delta)
 
-    def load_dropped(self, target: Target) -> None:
-        """An arrival not sent: the load's `max_in_flight` were all in flight."""
+    def load_dropped(self, target: Target, reason: str) -> None:
+        """An arrival not sent, for `reason` (`LOAD_DROPPED`'s)."""
         labels = target.labels
-        self.metrics.child(self.metrics.load_dropped, (labels.target, labels.model)).inc()
+        child = (labels.target, labels.model, reason)
+        self.metrics.child(self.metrics.load_dropped, child).inc()
 
     def record(self, target: Target, result: RequestResult, mode: Mode) -> None:
         """One finished request: metrics, the target's capacity, and its log line."""

@@ -102,6 +102,23 @@ class EngineWatch:
             self._moved_ns = self._clock_ns()
         self._counter = value
 
+    def silent(self, seconds: float) -> bool:
+        """Whether the target has been silent for `seconds`: no token on any of its streams and
+        no movement of the engine's counter (where read) in them, while a request waited
+        through them (one open since) or one ended in them (without a token, then). What the
+        background load pauses on (`load.silent_seconds`): cheaper than `judge`, it is asked
+        at every arrival."""
+        since = self._clock_ns() - int(seconds * _NS)
+        last_token = self.activity.last_token_ns
+        if last_token is not None and last_token > since:
+            return False
+        if self._moved_ns is not None and self._moved_ns > since:
+            return False
+        if self._seen and self._seen[-1].t_end_ns > since:
+            return True
+        oldest = self.activity.oldest_open_ns()
+        return oldest is not None and oldest <= since
+
     def judge(
         self, stall_seconds: float, slo_ttft: float, saturation: float | None = None
     ) -> StateVerdict:

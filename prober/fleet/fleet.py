@@ -208,6 +208,7 @@ class Fleet:
             cfg,
             self.recorder,
             own_load=member.capacity.own_load,
+            engine=member.capacity.state,
             shard=(0, 1) if member.name in self._whole_load else self.shard,
         )
         member.load.start()

@@ -236,6 +236,10 @@ class LoadConfig(Section):
     schedule: RateSchedule | None = None
     trace: TraceConfig | None = None
     max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 64
+    # No token on any of the target's streams (nor engine progress, where scraped) for this long
+    # while a request waited or failed: arrivals are dropped (reason silent) until a token
+    # comes, so a hung or unreachable target never holds max_in_flight streams. None: never.
+    silent_seconds: Annotated[float, Field(gt=0, le=86_400)] | None = 10.0
     prompt_tokens: LengthConfig | None = None
     prompt_tokens_spread: Annotated[float, Field(ge=0, lt=1)] = 0.0
     max_tokens: LengthConfig | None = None

@@ -7,7 +7,12 @@ whatever the cap drops. Each request runs as its own task and the generator neve
 it. Latency counts from the scheduled instant (`t_sched`), so the client's own lateness
 shows up as dispatch lag and inside TTFT instead of hiding. An arrival that would exceed
 `max_in_flight` is not sent and is counted as dropped: memory stays bounded however far the
-server falls behind.
+server falls behind. A target that has gone silent (`EngineWatch.silent`: no token on any of
+its streams for `silent_seconds` while a request waited or failed) gets no new request either:
+its arrivals are dropped and counted (reason `silent`) until a token comes, one line logged
+when the load pauses and one when it resumes. During an outage a daemon that loads many
+targets then holds about `rate x silent_seconds` streams per target, not `max_in_flight`; the
+probes go on and see the target come back.
 
 Nothing here blocks or spins on the event loop: a trace's arrivals are drawn in a worker
 thread (`_take`: the file is opened and read there, a batch bounded in count, in how far
@@ -33,6 +38,7 @@ from contextlib import aclosing
 import aiohttp
 
 from prober.capacity.own import OwnLoad
+from prober.capacity.state import EngineWatch
 from prober.load.arrivals import RateClock, arrival_offsets, scheduled_offsets
 from prober.load.config import LoadConfig
 from prober.load.workload import Request, TraceError, replay
@@ -113,13 +119,15 @@ class LoadDriver:
         on_result: LoadHook | None = None,
         prompts: PromptBuilder | None = None,
         own_load: OwnLoad | None = None,
+        engine: EngineWatch | None = None,
         shard: Shard = (0, 1),
         clock: Callable[[], int] = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         """`rate`: arrivals at this mean rate instead of the configured rate, schedule or
-        trace (as `set_rate`); `shard`: this replica's (index, count); `clock` (monotonic
-        ns) and `sleep` are the loop's unless a test injects its own."""
+        trace (as `set_rate`); `engine`: the target's evidence, for `silent_seconds` (None:
+        never paused); `shard`: this replica's (index, count); `clock` (monotonic ns) and
+        `sleep` are the loop's unless a test injects its own."""
         self._session = session
         self._target = target
         self._cfg = cfg
@@ -135,6 +143,8 @@ class LoadDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self.own_load = OwnLoad() if own_load is None else own_load
+        self._engine = engine
+        self.paused = False  # the target was silent at the last arrival
         self.sent = 0
         self.dropped = 0
 
@@ -205,7 +215,10 @@ class LoadDriver:
                     # runs, and arrivals that fall due together (a stalled loop) are all
                     # dispatched before any runs.
                     if len(self._tasks) >= cap:
-                        self._drop()
+                        self._drop("in_flight")
+                        continue
+                    if self._silent():
+                        self._drop("silent")
                         continue
                     # Dispatch lag counts until the task runs.
                     task = start_now(self._one(t_sched_ns, request))
@@ -250,9 +263,28 @@ class LoadDriver:
             if done:
                 return
 
-    def _drop(self) -> None:
+    def _drop(self, reason: str) -> None:
         self.dropped += 1
-        self._recorder.load_dropped(self._target)
+        self._recorder.load_dropped(self._target, reason)
+
+    def _silent(self) -> bool:
+        """Whether the target is silent now; a change is logged once."""
+        window = self._cfg.silent_seconds
+        if self._engine is None or window is None:
+            return False
+        silent = self._engine.silent(window)
+        if silent != self.paused:
+            self.paused = silent
+            if silent:
+                log.warning(
+                    "load_paused", target=self._target.name,
+                    why=f"no token on any stream for {window:g} s while a request waited or"
+                    " failed; arrivals are dropped (llmprober_load_dropped_total, reason"
+                    " silent) until one comes",
+                )  # fmt: skip
+            else:
+                log.info("load_resumed", target=self._target.name, dropped=self.dropped)
+        return silent
 
     async def _one(self, t_sched_ns: int, request: Request) -> None:
         target = self._target

@@ -216,7 +216,7 @@ async def test_overload_keeps_in_flight_at_the_cap_and_counts_drops() -> None:
                 peaks.append(value(await scrape(url), "llmprober_load_in_flight", target="slow"))
             samples = await scrape(url)
     assert max(peaks) == 5
-    assert value(samples, "llmprober_load_dropped_total", target="slow") > 20
+    assert value(samples, "llmprober_load_dropped_total", target="slow", reason="in_flight") > 20
     # The periodic probe is still scheduled and recorded (it queues behind the load).
     assert value(samples, "llmprober_last_probe_timestamp_seconds", target="slow") > 0
 

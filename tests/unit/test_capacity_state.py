@@ -305,3 +305,45 @@ def test_a_failed_scrape_between_two_good_ones_loses_no_movement() -> None:
     verdict = w.judge(STALL, SLO_TTFT)
     assert verdict.state is EngineState.STALLED
     assert "counter not read" in verdict.reason
+
+
+# -- silence: what the background load pauses on (load.silent_seconds) ------------------------
+
+
+def test_a_request_waiting_through_the_window_without_a_token_is_silence() -> None:
+    w, activity, clock = watch()
+    assert not w.silent(STALL)  # nothing asked: not silent
+    key = activity.begin(clock())
+    clock.advance(STALL - 1)
+    assert not w.silent(STALL)  # it has not waited the window yet
+    clock.advance(1)
+    assert w.silent(STALL)
+    activity.token(clock())  # a token on any stream ends it
+    assert not w.silent(STALL)
+    activity.end(key)
+    clock.advance(STALL + 1)
+    assert not w.silent(STALL)  # an idle target is not silent
+
+
+def test_requests_that_fail_without_a_token_are_silence_until_the_window_passes() -> None:
+    w, _, clock = watch()
+    w.finished(result(clock, Outcome.CONNECT_ERROR))
+    assert w.silent(STALL)
+    clock.advance(STALL + 0.1)
+    assert not w.silent(STALL)  # nothing open, nothing ended in the window
+    w.finished(result(clock, Outcome.CANCELLED))  # the prober's doing: not the engine's
+    assert not w.silent(STALL)
+
+
+def test_an_engine_counter_that_moves_is_not_silence() -> None:
+    """A request queued behind other clients' traffic waits without a token while the engine
+    works: where its counter is read and moves, the load goes on."""
+    w, activity, clock = watch()
+    w.counter(100.0)
+    activity.begin(clock())
+    clock.advance(STALL)
+    w.counter(140.0)
+    assert not w.silent(STALL)
+    clock.advance(STALL)
+    w.counter(140.0)
+    assert w.silent(STALL)

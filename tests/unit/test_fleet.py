@@ -96,7 +96,7 @@ def test_forget_removes_every_series_of_a_target_and_no_other() -> None:
         recorder.skipped(target)
         recorder.load_started(target, 1.0)
         recorder.load_in_flight(target, 1)
-        recorder.load_dropped(target)
+        recorder.load_dropped(target, "in_flight")
         ScrapeRecorder(metrics).scrape_failed(target)
     per_target = {s.name for s in SPECS if "target" in s.labels}
     assert all(s.labels[0] == "target" for s in SPECS if "target" in s.labels)

@@ -8,8 +8,10 @@ import argparse
 import asyncio
 import itertools
 import json
+import logging
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from prober.bench.cli import add_bench_parser, config_from_args
 from prober.bench.runner import BenchRunner, PrefetchingPrompts
+from prober.capacity.state import EngineWatch
 from prober.load.driver import LoadDriver, mean_rate, requests
 from prober.metrics import Metrics
 from prober.prompts import PromptBuilder, SharedPrefix
@@ -598,3 +601,48 @@ async def test_a_load_that_ends_says_why_once(
         "llmprober_load_target_rate", {"target": T.name, "model": T.model}
     )
     assert rate == 0
+
+
+async def turns_until(done: Callable[[], bool], turns: int = 10_000) -> None:
+    """Give the loop turns until `done` (the fake clock advances as the driver sleeps)."""
+    for _ in range(turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("not done within the turns")
+
+
+async def test_a_silent_target_gets_no_new_request_until_a_token_comes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A target whose requests wait without a token for `silent_seconds` (hung, or not
+    answering): its arrivals are dropped and counted (reason silent), one line says so, and
+    the load resumes once a token comes, one line again."""
+    caplog.set_level(logging.INFO)
+    metrics = Metrics(CollectorRegistry())
+    cfg = LoadConfig(rate=1, arrival="constant", silent_seconds=5, schedule=None, seed=1)
+    clock, target = FakeClock(), recording_target()
+    target.hold = asyncio.Event()  # nothing answers
+    engine = EngineWatch(target.activity, clock_ns=clock)
+    driver = LoadDriver(None, target, cfg, Recorder(metrics), engine=engine, clock=clock,  # type: ignore[arg-type]
+                        sleep=clock.sleep)  # fmt: skip
+    waiting = target.activity.begin(clock())  # a probe that has had no token
+    driver.start()
+    await turns_until(lambda: clock.now - 5_000_000_000 >= 12_000_000_000)
+    assert driver.paused
+    sent = len(target.sent)
+    assert sent == 4  # the arrivals at 1 to 4 s: the probe had not waited 5 s yet
+    target.activity.token(clock())
+    target.activity.end(waiting)
+    await turns_until(lambda: len(target.sent) > sent)
+    assert not driver.paused
+    await driver.set_rate(0)
+    target.hold.set()
+    await driver.stop(1.0)
+    labels = {"target": T.name, "model": T.model}
+    dropped = metrics.registry.get_sample_value
+    assert dropped("llmprober_load_dropped_total", {**labels, "reason": "silent"}) == 7
+    assert dropped("llmprober_load_dropped_total", {**labels, "reason": "in_flight"}) == 0
+    said = [r.msg.get("event") for r in caplog.records if isinstance(r.msg, dict)]
+    assert said.count("load_paused") == 1
+    assert said.count("load_resumed") == 1
