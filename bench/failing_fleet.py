@@ -3,15 +3,16 @@
     .venv/bin/python bench/failing_fleet.py [--targets 200] [--seconds 20] [--baseline]
         [--profile FILE]
 
-Processes: the simulator (the healthy target's engine), the failing server (this file,
-`--failing-server`: each target's path picks one way of failing: `blackhole`, a listener
-whose backlog is full so a connect never completes; `drip`, a 200 head then one byte every
-0.5 s; `slow_lines`, an SSE content line every 2 s; `keepalive`, an SSE comment every 0.1 s
-and never a token; every connection ends after 30 s), and a worker running the daemon's app
-(`prober.web.build_app` on uvloop, as `llm-prober run`) with the healthy target (a probe every
-1 s, Poisson load at 2/s) and `--targets` failing ones, spread evenly over the four ways,
-each with a probe every 1 s and load at 2/s and the default timeouts. This process asks the
-worker's `/-/healthy` every 20 ms and its `/metrics` every 1 s.
+Processes: the simulator (the healthy target's engine), the failing server
+(`tests/support/failing_server.py`: each target's path picks one way of failing: `blackhole`,
+a listener whose backlog is full so a connect never completes; `drip`, a 200 head then one
+byte every 0.5 s; `slow_lines`, an SSE content line every 2 s; `keepalive`, an SSE comment
+every 0.1 s and never a token; every connection ends after 30 s), and a worker running the
+daemon's app (`prober.web.build_app` on uvloop, as `llm-prober run`) with the healthy target
+(a probe every 1 s, Poisson load at 2/s) and `--targets` failing ones, spread evenly over the
+four ways, each with a probe every 1 s and load at `--failing-load` (default 2/s) and the
+default timeouts and `load.silent_seconds`. This process asks the worker's `/-/healthy` every
+20 ms and its `/metrics` every 1 s.
 
 Printed: `/-/healthy` p50 / p99 / max, `/metrics` p50 / p99 / max (ms), the healthy
 target's TTFT p50 / p99 / max (ms, the prober's own stamps, probes and load), the failing
@@ -25,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -52,12 +51,11 @@ from perf_common import (
 )
 
 sys.path.insert(0, str(ROOT))  # the worker runs the tree this file is in, not an installed one
+
+from tests.support.failing_server import WAYS
+
 SETTLE_SECONDS = 3.0
 GRACE_SECONDS = 2.0
-WAYS = ("blackhole", "drip", "slow_lines", "keepalive")
-HOLD_SECONDS = 30.0  # the failing server ends every connection after this
-HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
-LINE = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
 
 
 def target(name: str, url: str, load_rate: float = 2.0) -> dict[str, Any]:
@@ -68,51 +66,6 @@ def target(name: str, url: str, load_rate: float = 2.0) -> dict[str, Any]:
     if load_rate > 0:
         config["load"] = {"rate": load_rate, "max_tokens": 16, "seed": 1}
     return config
-
-
-# -- the failing server ------------------------------------------------------------------------
-
-
-async def serve_failing(port: int) -> None:
-    """`drip`, `slow_lines` and `keepalive` on `port`; a full-backlog listener for blackhole."""
-    hole = socket.socket()
-    hole.bind(("127.0.0.1", 0))
-    hole.listen(0)
-    fillers = []
-    for _ in range(8):  # fill the backlog: later connects never complete
-        s = socket.socket()
-        s.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            s.connect(("127.0.0.1", hole.getsockname()[1]))
-        fillers.append(s)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await asyncio.wait_for(reader.readexactly(length), 10)
-            way = head.split(b" ")[1].split(b"/")[1].decode()
-            deadline = time.monotonic() + HOLD_SECONDS
-            writer.write(HEAD)
-            piece, gap = {
-                "drip": (b":", 0.5), "slow_lines": (LINE, 2.0), "keepalive": (b": ka\n\n", 0.1),
-            }[way]  # fmt: skip
-            while time.monotonic() < deadline:
-                writer.write(piece)
-                await writer.drain()
-                await asyncio.sleep(gap)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, KeyError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", port, backlog=4096)
-    print(hole.getsockname()[1], flush=True)
-    async with server:
-        await asyncio.Event().wait()
 
 
 # -- the worker: the daemon's app --------------------------------------------------------------
@@ -156,7 +109,11 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     cpu0 = time.process_time()
     if profile:
         profile.enable()
-    await asyncio.sleep(ns.seconds)
+    peak = 0.0  # the most load requests in flight at once, all targets, read each second
+    for _ in range(int(ns.seconds)):
+        await asyncio.sleep(1.0)
+        peak = max(peak, _total(recorder.metrics.load_in_flight))
+    await asyncio.sleep(ns.seconds - int(ns.seconds))
     if profile:
         profile.disable()
         profile.dump_stats(ns.profile)
@@ -168,8 +125,18 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     measured = [x for x in seen if start <= x[1] <= start + ns.seconds]
     healthy = [x[3] * 1e3 for x in measured if x[0] == "healthy" and x[3] is not None]
     failing = Counter(x[2] for x in measured if x[0] != "healthy")
+    dropped: Counter[str] = Counter()
+    for metric in recorder.metrics.load_dropped.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                dropped[sample.labels["reason"]] += int(sample.value)
     return {"ttft_ms": healthy, "failing": dict(failing), "cpu_share": cpu,
-            "shutdown_s": shutdown}  # fmt: skip
+            "shutdown_s": shutdown, "peak_load_in_flight": peak,
+            "dropped": dict(dropped)}  # fmt: skip
+
+
+def _total(gauge: Any) -> float:
+    return sum(s.value for metric in gauge.collect() for s in metric.samples)
 
 
 # -- this process ------------------------------------------------------------------------------
@@ -226,23 +193,21 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--profile", help="write the worker's cProfile here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--failing-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sim-url", help=argparse.SUPPRESS)
     parser.add_argument("--failing-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hole-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     ns = parser.parse_args()
-    if ns.failing_server:
-        asyncio.run(serve_failing(ns.port))
-        return
     if ns.worker:
         set_loop("uvloop")
         emit(asyncio.run(daemon(ns)), ns.out)
         return
     failing_port = free_port()
-    server = subprocess.Popen([PYTHON, __file__, "--failing-server", "--port", str(failing_port)],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [PYTHON, "-m", "tests.support.failing_server", "--port", str(failing_port)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
         assert server.stdout is not None
         ports = (failing_port, int(server.stdout.readline()))
@@ -257,6 +222,10 @@ def main() -> None:
         print("  " + line("/-/healthy", r["healthy_ms"]))
         print("  " + line("/metrics", r["metrics_ms"]))
         print("  " + line("healthy TTFT", r["ttft_ms"]))
+        print(
+            f"  load in flight at most {r['peak_load_in_flight']:.0f} (read each second);"
+            f" arrivals not sent {r['dropped']}"
+        )
         print(f"  failing outcomes {r['failing']}; worker CPU {r['cpu_share']:.0%};"
               f" shutdown {r['shutdown_s']:.2f} s (grace {GRACE_SECONDS:g} s)")  # fmt: skip
 

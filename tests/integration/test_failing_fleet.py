@@ -1,0 +1,152 @@
+"""A fleet of failing targets beside a healthy one (issue 38 item 6), the suite's short version of
+`bench/failing_fleet.py`: 40 targets failing the ways an outage makes them fail
+(`tests/support/failing_server.py`: a blackholed address, a 200 that drips bytes, one that
+sends only keep-alive comments, one that sends a token every 2 s), each probed every second
+with background load at 2/s, beside a healthy simulator target. Real processes on loopback.
+
+What must hold, counted (the latencies are printed, not asserted: the machine is shared; the
+figures against the goals belong to the benchmark):
+- the daemon answers every `/-/healthy` asked of it, every 50 ms throughout;
+- a target that answers no token holds few streams: its load pauses once it has been silent
+  for `load.silent_seconds`, the held-back arrivals counted (`reason="silent"`), while the
+  target that still sends a token every 2 s is slow, not silent, and keeps its open loop;
+- the healthy target's load is never held back, and its probes succeed;
+- SIGTERM ends the daemon, exit 0, within the grace plus the stop margin.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.failing_server import WAYS
+from tests.support.net import free_port, wait_http
+from tests.support.process import process
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = Path(__file__).resolve().parents[2]
+GRACE = 2.0
+STOP_MARGIN = 2.0  # seconds past the grace a stop may take (the issue's bound)
+PER_WAY = 10
+RATE = 2.0  # each target's load, arrivals/s
+SILENT = 3.0  # load.silent_seconds
+SECONDS = 20.0
+# A silent target's load in flight: the arrivals of the first SILENT seconds (Poisson, mean 6),
+# far below what an open loop would hold by the end (2/s for 20 s: 40; the cap is 64).
+SILENT_HOLDS_AT_MOST = 16
+
+
+def target(name: str, url: str) -> dict[str, Any]:
+    return {
+        "name": name, "url": url, "model": "sim", "interval_seconds": 1, "jitter_seconds": 0.5,
+        "warmup": 0, "max_tokens": 16,
+        "load": {"rate": RATE, "max_tokens": 16, "seed": 1, "silent_seconds": SILENT},
+    }  # fmt: skip
+
+
+def by_target(text: str, name: str, where: str = "") -> dict[str, float]:
+    """`name`'s values by target, over the series whose labels hold `where`, summed."""
+    found: dict[str, float] = defaultdict(float)
+    for line in text.splitlines():
+        if line.startswith(name + "{") and where in line:
+            labels, value = line.rsplit(" ", 1)
+            found[labels.split('target="', 1)[1].split('"', 1)[0]] += float(value)
+    return found
+
+
+def ask_healthy(port: int, seconds: float) -> tuple[list[float], list[str]]:
+    """`/-/healthy` every 50 ms for `seconds`: the latencies (ms), and what went wrong."""
+    latencies: list[float] = []
+    faults: list[str] = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthy", timeout=5) as r:
+                if r.status != 200:
+                    faults.append(f"status {r.status}")
+        except OSError as exc:
+            faults.append(repr(exc))
+        latencies.append((time.monotonic() - started) * 1e3)
+        time.sleep(0.05)
+    return latencies, faults
+
+
+def test_a_fleet_of_failing_targets_holds_few_streams_and_the_daemon_answers(
+    tmp_path: Path,
+) -> None:
+    failing_port, sim_port, port = free_port(), free_port(), free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.failing_server", "--port", str(failing_port)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        hole_port = int(server.stdout.readline())
+        targets = [target("healthy", f"http://127.0.0.1:{sim_port}/v1")]
+        for way in WAYS:
+            at = hole_port if way == "blackhole" else failing_port
+            for i in range(PER_WAY):
+                targets.append(target(f"{way}-{i}", f"http://127.0.0.1:{at}/{way}/v1"))
+        config = tmp_path / "config.yml"
+        config.write_text(json.dumps({
+            "server": {"listen": f"127.0.0.1:{port}", "grace_seconds": GRACE},
+            "logging": {"format": "json"}, "targets": targets,
+        }))  # fmt: skip
+        lines: list[str] = []
+        with (
+            process("sim", "--port", str(sim_port)),
+            process("run", "--config", str(config)) as proc,
+        ):
+            assert proc.stdout is not None
+            reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+            reader.start()  # the daemon's log is read as it comes: a full pipe would block it
+            wait_http(f"http://127.0.0.1:{sim_port}/health")
+            wait_http(f"http://127.0.0.1:{port}/-/healthy")
+            latencies, faults = ask_healthy(port, SECONDS)
+            text = wait_http(f"http://127.0.0.1:{port}/metrics")
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+            stopped = time.monotonic() - started
+            reader.join(timeout=10)
+    finally:
+        server.terminate()
+        server.wait(10)
+    latencies.sort()
+    print(
+        f"/-/healthy asked {len(latencies)} times: p50 {statistics.median(latencies):.1f} ms, "
+        f"p99 {latencies[int(0.99 * (len(latencies) - 1))]:.1f} ms, max {latencies[-1]:.1f} ms;"
+        f" stopped in {stopped:.2f} s"
+    )
+    in_flight = by_target(text, "llmprober_load_in_flight")
+    silent = by_target(text, "llmprober_load_dropped_total", 'reason="silent"')
+    for way in WAYS:
+        names = [f"{way}-{i}" for i in range(PER_WAY)]
+        held = [in_flight[n] for n in names]
+        print(f"{way}: load in flight {held}, held back {[silent[n] for n in names]}")
+    assert not faults, faults[:5]
+    for way in ("blackhole", "drip", "keepalive"):  # no token, ever
+        for i in range(PER_WAY):
+            name = f"{way}-{i}"
+            assert in_flight[name] <= SILENT_HOLDS_AT_MOST, (name, in_flight[name])
+            assert silent[name] > 0, name
+    for i in range(PER_WAY):  # a token every 2 s: slow, not silent
+        assert silent[f"slow_lines-{i}"] == 0
+    assert silent["healthy"] == 0
+    ok = [line for line in lines if '"probe_ok"' in line and '"target": "healthy"' in line]
+    assert ok, "the healthy target's probes succeed"
+    assert code == 0, "".join(lines[-20:])
+    assert stopped < GRACE + STOP_MARGIN, f"stopped in {stopped:.1f} s, grace {GRACE} s"
+    assert not [line for line in lines if "Traceback" in line]
