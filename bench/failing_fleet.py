@@ -58,13 +58,15 @@ SETTLE_SECONDS = 3.0
 GRACE_SECONDS = 2.0
 
 
-def target(name: str, url: str, load_rate: float = 2.0) -> dict[str, Any]:
-    config = {
+def target(name: str, url: str, load_rate: float = 2.0, silent: float = 0.0) -> dict[str, Any]:
+    config: dict[str, Any] = {
         "name": name, "url": url, "model": "sim", "interval_seconds": 1, "jitter_seconds": 0.5,
         "warmup": 0, "max_tokens": 16,
     }  # fmt: skip
     if load_rate > 0:
         config["load"] = {"rate": load_rate, "max_tokens": 16, "seed": 1}
+        if silent > 0:
+            config["load"]["silent_seconds"] = silent
     return config
 
 
@@ -83,7 +85,14 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     for i in range(ns.targets):
         way = WAYS[i % len(WAYS)]
         port = ns.hole_port if way == "blackhole" else ns.failing_port
-        targets.append(target(f"{way}-{i}", f"http://127.0.0.1:{port}/{way}/v1", ns.failing_load))
+        targets.append(
+            target(
+                f"{way}-{i}",
+                f"http://127.0.0.1:{port}/{way}/v1",
+                ns.failing_load,
+                ns.silent_seconds,
+            )
+        )
     settings = Settings.model_validate(
         {"server": {"listen": f"127.0.0.1:{ns.port}", "grace_seconds": GRACE_SECONDS},
          "logging": {"level": "error"}, "targets": targets}
@@ -154,7 +163,8 @@ def run(ns: argparse.Namespace, sim: Sim, targets: int, ports: tuple[int, int]) 
     args = [PYTHON, __file__, "--worker", "--port", str(port), "--sim-url", sim.url,
             "--targets", str(targets), "--failing-port", str(ports[0]), "--hole-port",
             str(ports[1]), "--seconds", str(ns.seconds), "--out", str(out),
-            "--failing-load", str(ns.failing_load)]  # fmt: skip
+            "--failing-load", str(ns.failing_load), "--silent-seconds",
+            str(ns.silent_seconds)]  # fmt: skip
     if ns.profile and targets:
         args += ["--profile", ns.profile]
     proc = subprocess.Popen(args, cwd=ROOT)
@@ -189,6 +199,13 @@ def main() -> None:
         default=2.0,
         metavar="RATE",
         help="each failing target's Poisson load, requests/s (default 2; 0: none)",
+    )
+    parser.add_argument(
+        "--silent-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="each failing target's load.silent_seconds (default: the daemon's)",
     )
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--profile", help="write the worker's cProfile here")
