@@ -21,8 +21,7 @@ import pytest
 
 from tests.support.daemon import daemon, scrape, value, wait_for
 from tests.support.engine import llama_server
-from tests.support.engine_floods import FLOOD_ANSWER, flood_row, floods
-from tests.support.probes_alone_accuracy import drain, measure_capacity
+from tests.support.engine_floods import busy_never_stalled
 from tests.support.stall import cache_probe_figures, server_pid, until_state
 
 pytestmark = pytest.mark.engine
@@ -67,22 +66,8 @@ async def test_floods_of_3x_and_10x_the_slots_and_2x_capacity_are_busy_never_sta
     cores one engine step of llama-server was seen to take seconds under a flood (its
     `n_decode_total` still for 6 s), which a 3 s window calls a stall; the default does not.
     Each flood lasts 20 s here; `bench/engine_state.py` runs them for 10 minutes each."""
-    slots = 2
-    rows = []
-    with llama_server(slots) as base:
-        capacity = await measure_capacity(base, 2 * slots, 20, *FLOOD_ANSWER)
-        assert capacity > 0, "no completion while the capacity was measured"
-        config = target(base, slots=slots, stall_seconds=None)
-        config["timeouts"] = {"connect_seconds": 2, "first_token_seconds": 20}
-        async with daemon({"targets": [config]}) as (url, _):
-            await until_state(url, "llama", "ok", timeout=60)
-            for flood in floods(slots, capacity):
-                rows.append(await flood_row(url, base, "llama", flood, seconds=20))
-                print(f"{slots} slots, capacity {capacity:.2f}/s; {rows[-1].line()}")
-                await drain(base, timeout=180)
-    for row in rows:
-        assert row.false_polls == 0, row.line()
-        assert "busy" in row.shares, row.line()
+    with llama_server(2) as base:
+        await busy_never_stalled(base, target(base), 2, ready_seconds=60)
 
 
 async def test_cache_probe_hit_is_faster_than_its_miss_and_confirmed() -> None:

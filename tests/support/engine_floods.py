@@ -14,11 +14,19 @@ import contextlib
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
-from tests.support.probes_alone_accuracy import Level, engine_truth, foreign_load
-from tests.support.stall import Watched, watch_states
+from tests.support.daemon import daemon
+from tests.support.probes_alone_accuracy import (
+    Level,
+    drain,
+    engine_truth,
+    foreign_load,
+    measure_capacity,
+)
+from tests.support.stall import Watched, until_state, watch_states
 
 FALSE_STATES = ("stalled", "down")
 # What each flooding client asks: short answers, so a level turns its queue over many times.
@@ -78,6 +86,29 @@ async def _waiting_mean(base: str, stop: asyncio.Event) -> float:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
     return statistics.fmean(seen) if seen else float("nan")
+
+
+async def busy_never_stalled(
+    base: str, target: dict[str, Any], slots: int, *, ready_seconds: float, seconds: float = 20
+) -> None:
+    """The suite's check: the engine at `base`'s capacity measured, then a daemon probing it as
+    `target` (the default stall window, a 20 s first-token timeout) through the three floods,
+    `seconds` each, the engine drained after each; no poll `stalled` or `down`, and `busy`
+    seen in each."""
+    capacity = await measure_capacity(base, 2 * slots, 20, *FLOOD_ANSWER)
+    assert capacity > 0, "no completion while the capacity was measured"
+    config = {**target, "slots": slots, "stall_seconds": None,
+              "timeouts": {"connect_seconds": 2, "first_token_seconds": 20}}  # fmt: skip
+    rows = []
+    async with daemon({"targets": [config]}) as (url, _):
+        await until_state(url, config["name"], "ok", timeout=ready_seconds)
+        for flood in floods(slots, capacity):
+            rows.append(await flood_row(url, base, config["name"], flood, seconds))
+            print(f"{slots} slots, capacity {capacity:.2f}/s; {rows[-1].line()}")
+            await drain(base, timeout=180)
+    for row in rows:
+        assert row.false_polls == 0, row.line()
+        assert "busy" in row.shares, row.line()
 
 
 async def flood_row(url: str, base: str, target: str, flood: Level, seconds: float) -> FloodRow:

@@ -27,8 +27,7 @@ import aiohttp
 import pytest
 
 from tests.support.daemon import daemon, scrape, value, wait_for
-from tests.support.engine_floods import FLOOD_ANSWER, flood_row, floods
-from tests.support.probes_alone_accuracy import drain, measure_capacity
+from tests.support.engine_floods import busy_never_stalled
 from tests.support.stall import cache_probe_figures, until_state, vllm_engine_core_pid
 from tests.support.vllm import MODEL_NAME, SLOTS, engine_samples, total
 
@@ -83,20 +82,7 @@ async def test_floods_of_3x_and_10x_the_slots_and_2x_capacity_are_busy_never_sta
     arrivals at twice its capacity, 20 s each, from another process; the default stall window
     (first-token timeout + 2 intervals) and `metrics_url` set. `bench/engine_state.py --engine
     vllm` runs the same floods for 10 minutes each."""
-    capacity = await measure_capacity(vllm, 2 * SLOTS, 20, *FLOOD_ANSWER)
-    assert capacity > 0, "no completion while the capacity was measured"
-    config = _target(vllm, slots=SLOTS, stall_seconds=None)
-    config["timeouts"] = {"connect_seconds": 2, "first_token_seconds": 20}
-    rows = []
-    async with daemon({"targets": [config]}) as (url, _):
-        await until_state(url, "vllm", "ok", timeout=120)
-        for flood in floods(SLOTS, capacity):
-            rows.append(await flood_row(url, vllm, "vllm", flood, seconds=20))
-            print(f"{SLOTS} sequences, capacity {capacity:.2f}/s; {rows[-1].line()}")
-            await drain(vllm, timeout=180)
-    for row in rows:
-        assert row.false_polls == 0, row.line()
-        assert "busy" in row.shares, row.line()
+    await busy_never_stalled(vllm, _target(vllm), SLOTS, ready_seconds=120)
 
 
 async def test_cached_prompt_tokens_are_those_vllm_counts(vllm: str) -> None:
