@@ -23,15 +23,14 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.daemon import parse_samples, value
 from tests.support.failing_server import WAYS
-from tests.support.net import free_port, wait_http
+from tests.support.net import HealthWatch, free_port, wait_http
 from tests.support.process import process
 
 pytestmark = pytest.mark.timeout(240)
@@ -55,34 +54,6 @@ def target(name: str, url: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def by_target(text: str, name: str, where: str = "") -> dict[str, float]:
-    """`name`'s values by target, over the series whose labels hold `where`, summed."""
-    found: dict[str, float] = defaultdict(float)
-    for line in text.splitlines():
-        if line.startswith(name + "{") and where in line:
-            labels, value = line.rsplit(" ", 1)
-            found[labels.split('target="', 1)[1].split('"', 1)[0]] += float(value)
-    return found
-
-
-def ask_healthy(port: int, seconds: float) -> tuple[list[float], list[str]]:
-    """`/-/healthy` every 50 ms for `seconds`: the latencies (ms), and what went wrong."""
-    latencies: list[float] = []
-    faults: list[str] = []
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        started = time.monotonic()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthy", timeout=5) as r:
-                if r.status != 200:
-                    faults.append(f"status {r.status}")
-        except OSError as exc:
-            faults.append(repr(exc))
-        latencies.append((time.monotonic() - started) * 1e3)
-        time.sleep(0.05)
-    return latencies, faults
-
-
 def test_a_fleet_of_failing_targets_holds_few_streams_and_the_daemon_answers(
     tmp_path: Path,
 ) -> None:
@@ -99,6 +70,7 @@ def test_a_fleet_of_failing_targets_holds_few_streams_and_the_daemon_answers(
             at = hole_port if way == "blackhole" else failing_port
             for i in range(PER_WAY):
                 targets.append(target(f"{way}-{i}", f"http://127.0.0.1:{at}/{way}/v1"))
+        names = [t["name"] for t in targets]
         config = tmp_path / "config.yml"
         config.write_text(json.dumps({
             "server": {"listen": f"127.0.0.1:{port}", "grace_seconds": GRACE},
@@ -114,7 +86,8 @@ def test_a_fleet_of_failing_targets_holds_few_streams_and_the_daemon_answers(
             reader.start()  # the daemon's log is read as it comes: a full pipe would block it
             wait_http(f"http://127.0.0.1:{sim_port}/health")
             wait_http(f"http://127.0.0.1:{port}/-/healthy")
-            latencies, faults = ask_healthy(port, SECONDS)
+            with HealthWatch(port, every=0.05) as health:
+                time.sleep(SECONDS)
             text = wait_http(f"http://127.0.0.1:{port}/metrics")
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
@@ -124,19 +97,22 @@ def test_a_fleet_of_failing_targets_holds_few_streams_and_the_daemon_answers(
     finally:
         server.terminate()
         server.wait(10)
-    latencies.sort()
+    ms = sorted(x * 1e3 for x in health.latencies)
     print(
-        f"/-/healthy asked {len(latencies)} times: p50 {statistics.median(latencies):.1f} ms, "
-        f"p99 {latencies[int(0.99 * (len(latencies) - 1))]:.1f} ms, max {latencies[-1]:.1f} ms;"
+        f"/-/healthy answered {len(ms)} times: p50 {statistics.median(ms):.1f} ms, "
+        f"p99 {ms[int(0.99 * (len(ms) - 1))]:.1f} ms, max {ms[-1]:.1f} ms;"
         f" stopped in {stopped:.2f} s"
     )
-    in_flight = by_target(text, "llmprober_load_in_flight")
-    silent = by_target(text, "llmprober_load_dropped_total", 'reason="silent"')
+    samples = parse_samples(text)
+    in_flight = {n: value(samples, "llmprober_load_in_flight", target=n) for n in names}
+    silent = {
+        n: value(samples, "llmprober_load_dropped_total", target=n, reason="silent") for n in names
+    }
     for way in WAYS:
-        names = [f"{way}-{i}" for i in range(PER_WAY)]
-        held = [in_flight[n] for n in names]
-        print(f"{way}: load in flight {held}, held back {[silent[n] for n in names]}")
-    assert not faults, faults[:5]
+        mine = [f"{way}-{i}" for i in range(PER_WAY)]
+        print(f"{way}: load in flight {[in_flight[n] for n in mine]},"
+              f" held back {[silent[n] for n in mine]}")  # fmt: skip
+    assert health.failures == [], health.failures[:5]
     for way in ("blackhole", "drip", "keepalive"):  # no token, ever
         for i in range(PER_WAY):
             name = f"{way}-{i}"

@@ -15,15 +15,13 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support.net import free_port, wait_http
+from tests.support.net import HealthWatch, free_port, wait_http
 from tests.support.process import CLI, process
 
 pytestmark = pytest.mark.timeout(180)
@@ -92,36 +90,6 @@ def load_requests(port: int) -> dict[str, float]:
     """Requests each target finished (probes and load)."""
     requests = samples(port, "llmprober_requests_total")
     return {t: sum(v for (u, _), v in requests.items() if u == t) for t in CHANGES}
-
-
-class HealthWatch:
-    """Asks `/-/healthy` every 20 ms in a thread; keeps each answer's latency or failure."""
-
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}/-/healthy"
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> HealthWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            started = time.monotonic()
-            try:
-                with urllib.request.urlopen(self.url, timeout=5) as resp:
-                    resp.read()
-                    assert resp.status == 200
-                self.latencies.append(time.monotonic() - started)
-            except Exception as exc:  # every failure is the finding
-                self.failures.append(repr(exc))
 
 
 def test_trace_files_that_change_under_the_replay(tmp_path: Path) -> None:

@@ -54,10 +54,11 @@ async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
     second a scrape (a thread gives the loop back every few milliseconds)."""
     async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
         text = await resp.text()
-    return await asyncio.to_thread(_samples, text)
+    return await asyncio.to_thread(parse_samples, text)
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def parse_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A `/metrics` text as {(sample name, sorted labels): value}."""
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

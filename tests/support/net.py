@@ -1,9 +1,10 @@
-"""Loopback ports and waiting for an HTTP endpoint to answer."""
+"""Loopback ports, waiting for an HTTP endpoint to answer, and watching a daemon's health."""
 
 from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 import urllib.request
 
@@ -31,3 +32,35 @@ def wait_http(url: str, timeout: float = 20, context: ssl.SSLContext | None = No
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+class HealthWatch:
+    """Asks a daemon's `/-/healthy` every `every` seconds in a thread while entered; keeps each
+    answer's latency (seconds) or failure (anything but a 200 within 5 s)."""
+
+    def __init__(self, port: int, every: float = 0.02) -> None:
+        self.url = f"http://127.0.0.1:{port}/-/healthy"
+        self.every = every
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as resp:
+                    resp.read()
+                    assert resp.status == 200
+                self.latencies.append(time.monotonic() - started)
+            except Exception as exc:  # every failure is the finding
+                self.failures.append(repr(exc))
