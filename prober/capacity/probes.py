@@ -18,12 +18,14 @@ What each probe yields (`ProbeSample`), and how the figures follow (docs/design.
   the probes' own shape assumed read 25 waiting for a true 4 against answers 7.5 times the
   probes'. The wait in seconds, the running figure and whether a queue exists need no shape.
 
-Waiting: a probe is admitted at a departure, so it waits for the `L` requests ahead of it and
-the residual time to the first departure, on average one interval when the slots finish
-independently (their merged departures are close to a Poisson stream): `W ≈ (L + 1) / μ`,
-hence `L ≈ μ·W − 1`. `W` is the mean of the last 5 s of probes (at least the last four), or
-the wait a probe still without its first token has already served, whichever is longer, so
-a queue shows before the probe that is stuck in it comes back.
+Waiting: a probe that finds every slot busy is admitted at a departure, so it waits for the
+`L` requests ahead of it and the residual time to the first departure, on average one interval
+when the slots finish independently (their merged departures are close to a Poisson stream):
+`W ≈ (L + 1) / μ`, hence `L ≈ μ·W − 1`; one that finds a slot free has none ahead. Over the
+probes of the last 5 s (at least the last four) `L ≈ μ·W̄ − q`, W̄ the mean wait with a free
+slot's counted 0 and q the share that found every slot busy (`μ·W − 1` where all did); or,
+where longer, what a probe still without its first token has already waited, so a queue
+shows before the probe that is stuck in it comes back.
 Running: every slot while a queue exists (a queue of less than one request for its share of
 the window, where its length is known); otherwise the other sequences the recent probes
 decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
@@ -200,7 +202,9 @@ class ProbesAloneEstimator:
         queue = wait > free
         # No shape, no depth: a figure from the probes' shape would be an assumption nobody
         # made. Whether a queue exists needs none.
-        waiting = self._waiting(wait, drain, queue) if traffic.shape is not None else None
+        waiting: float | None = None
+        if traffic.shape is not None:
+            waiting = _waiting([s.wait for s in recent], live, free, drain) if queue else 0.0
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         told = traffic.basis
         if slots is None:
@@ -247,16 +251,6 @@ class ProbesAloneEstimator:
         gaps = [s.gap for s in recent if s.gap is not None]
         return self.decode.gap_full or (statistics.median(gaps) if gaps else None)
 
-    @staticmethod
-    def _waiting(wait: float, drain: float | None, queue: bool) -> float | None:
-        """Foreign requests waiting now, `μ·W − 1`; 0 without a queue, None when μ is
-        unknown."""
-        if not queue:
-            return 0.0
-        if drain is None:
-            return None
-        return max(0.0, drain * wait - _RESIDUAL_DEPARTURES)
-
     def _service(self, now: float, shape: Shape) -> float:
         """Median full-batch service time of the current queue's own probes (of the last
         `_SERVICE_SECONDS`, at least the last `MIN_FULL`), so the drain rate follows the
@@ -288,6 +282,24 @@ class ProbesAloneEstimator:
             return None
         running = statistics.fmean(others) + own_holding
         return running if slots is None else min(running, float(slots))
+
+
+def _waiting(
+    waits: list[float], live: list[float], free: float, drain: float | None
+) -> float | None:
+    """Foreign requests waiting now, None while μ is unknown. A probe that found every slot
+    busy waited `(L + 1) / μ`; one that found a slot free waited no departure (what it waited
+    is a step boundary, `free`), so over the window `L ≈ μ·W̄ − q`, W̄ the mean of the busy
+    finders' waits over every probe and q their share. Where all of them waited this is
+    `μ·W − 1`; where few did, subtracting a whole departure from the mean read a passing queue
+    low (0.12 to 0.15 of the saturation at 0.8 of the capacity, docs/flakiness.md). A probe
+    still without its token waited at least `μ·w − 1` ahead of it."""
+    if drain is None:
+        return None
+    busy = [w for w in waits if w > free]
+    window = (drain * sum(busy) - _RESIDUAL_DEPARTURES * len(busy)) / len(waits)
+    stuck = (drain * w - _RESIDUAL_DEPARTURES for w in live)
+    return max(0.0, window, *stuck)
 
 
 def _queue_share(waiting: float | None, queue: bool, waits: list[float], free: float) -> float:

@@ -153,6 +153,24 @@ def test_waiting_is_drain_rate_times_wait_less_one_interval() -> None:
     assert figure.running == pytest.approx(4.0)  # a queue: every slot busy
 
 
+def test_a_passing_queue_counts_only_the_probes_that_met_it() -> None:
+    """Of four probes one found every slot busy and waited 0.6 s (5 · 0.6 − 1 = 2 ahead of
+    it), three found a free slot (none ahead): 0.5 waiting on average. A whole departure off
+    the mean wait (5 · 0.15 − 1) read none."""
+    clock = Clock()
+    est = _estimator(clock)
+    est.decode = learned_model()
+    est.observe(_queued(clock, wait=2.0))  # the drain rate: μ = 5/s
+    clock.now += 6.0
+    est.observe(_queued(clock, wait=0.6))
+    for _ in range(3):
+        clock.now += 1.0
+        est.observe(ProbeSample(clock.now, 0.01, 0.05, 0.5, gap(2), False))
+    figure = est.estimate(prefill_guess=0.05)
+    assert figure.wait_seconds == pytest.approx(0.1575)  # over a free slot's: a queue
+    assert figure.waiting == pytest.approx(0.5)
+
+
 def test_traffic_of_another_shape_scales_the_service_time() -> None:
     clock = Clock()
     twice = Traffic(Shape(80, 31), Drain.TRAFFIC)  # twice the prompt, twice the decode
@@ -248,11 +266,11 @@ def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> No
         est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, ALPHA * (1 + 0.19 * batch), False))
     figure = est.estimate(0.05)
     assert (figure.basis, figure.waiting, figure.running) == (Basis.PROBES_HINT, 0.0, None)
-    clock.now += 6.0  # then a queue: the last four probes waited 1 s on average, μ = 5/s
-    for _ in range(2):
+    clock.now += 6.0  # then a queue: two of the last four probes waited 2 s each, μ = 5/s,
+    for _ in range(2):  # so 5 · 2 − 1 = 9 ahead of each, none ahead of the other two
         est.observe(_queued(clock, wait=2.0))
     figure = est.estimate(0.05)
-    assert (figure.waiting, figure.running) == (pytest.approx(4.0), 4.0)
+    assert (figure.waiting, figure.running) == (pytest.approx(4.5), 4.0)
     flat = DecodeModel()  # the pairs' median jump at or below 0: no slowdown at all
     flat.observe(ALPHA, full_batch=False)
     for _ in range(_MIN_PAIRS):
@@ -455,9 +473,8 @@ def test_a_lasting_queue_drains_at_its_own_pace_not_at_light_loads() -> None:
     for _ in range(4):
         est.observe(_queued(clock, wait=2.0))  # the queue: service 0.8 s, μ = 5/s
         clock.now += 1.0
-        figure = est.estimate(prefill_guess=0.05)  # μ = 5/s, not the light load's 10/s
-        assert figure.wait_seconds is not None
-        assert figure.waiting == pytest.approx(5.0 * figure.wait_seconds - 1.0)
+        figure = est.estimate(prefill_guess=0.05)
+        assert figure.drain == pytest.approx(5.0)  # not the light load's 10/s
     assert est.estimate(prefill_guess=0.05).waiting == pytest.approx(5.0 * 2.0 - 1.0)
 
 
