@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -77,6 +78,7 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     from aiohttp import web
 
     from prober.logs import setup_logging
+    from prober.runtime import favour_the_loop
     from prober.settings import Settings
     from prober.timings import ttft
     from prober.web import FLEET, build_app
@@ -103,8 +105,14 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     recorder = app[FLEET].recorder
     record = recorder.record
 
+    stamps: list[tuple[float, str, int, int, int]] = []  # the healthy target's answers
+
     def noting(t: Any, result: Any, mode: Any) -> None:
-        seen.append((t.name, time.monotonic(), result.outcome.value, ttft(result)))
+        now = time.monotonic()
+        seen.append((t.name, now, result.outcome.value, ttft(result)))
+        if t.name == "healthy" and result.t_first_token_ns is not None:
+            stamps.append((now, result.request_id, result.t_sched_ns, result.t_send_ns,
+                           result.t_first_token_ns))  # fmt: skip
         record(t, result, mode)
 
     recorder.record = noting  # type: ignore[method-assign]
@@ -112,6 +120,7 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", ns.port).start()
     tune_gc()
+    favour_the_loop()  # as `llm-prober run` does
     profile = cProfile.Profile() if ns.profile else None
     await asyncio.sleep(SETTLE_SECONDS)
     start = time.monotonic()
@@ -139,7 +148,8 @@ async def daemon(ns: argparse.Namespace) -> dict[str, Any]:
         for sample in metric.samples:
             if sample.name.endswith("_total"):
                 dropped[sample.labels["reason"]] += int(sample.value)
-    return {"ttft_ms": healthy, "failing": dict(failing), "cpu_share": cpu,
+    within = [x[1:] for x in stamps if start <= x[0] <= start + ns.seconds]
+    return {"ttft_ms": healthy, "stamps": within, "failing": dict(failing), "cpu_share": cpu,
             "shutdown_s": shutdown, "peak_load_in_flight": peak,
             "dropped": dict(dropped)}  # fmt: skip
 
@@ -182,6 +192,23 @@ def run(ns: argparse.Namespace, sim: Sim, targets: int, ports: tuple[int, int]) 
     return result
 
 
+def split(sim: Sim, result: dict[str, Any]) -> dict[str, list[float]]:
+    """The healthy target's TTFT in three parts (ms), from the simulator's own write stamps
+    (one monotonic clock for every process): the daemon sending late (`sched → send`), the
+    network and the simulator (`send → the token's write`), the daemon reading late (`write →
+    the token's stamp`). The first and last are the daemon's; the middle one is the engine's
+    and the machine's (the failing server shares its cores)."""
+    parts: dict[str, list[float]] = {"send late": [], "engine": [], "read late": []}
+    for request_id, sched, send, first in result["stamps"]:
+        writes = sim.stamps(request_id)["token_write_ns"]
+        if not isinstance(writes, list) or not writes:
+            continue
+        parts["send late"].append((send - sched) / 1e6)
+        parts["engine"].append((writes[0] - send) / 1e6)
+        parts["read late"].append((first - writes[0]) / 1e6)
+    return parts
+
+
 def line(label: str, values: list[float]) -> str:
     if not values:
         return f"{label}: none"
@@ -208,6 +235,9 @@ def main() -> None:
         help="each failing target's load.silent_seconds (default: the daemon's)",
     )
     parser.add_argument("--baseline", action="store_true")
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="runs of each (default 1)"
+    )
     parser.add_argument("--profile", help="write the worker's cProfile here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -228,23 +258,50 @@ def main() -> None:
     try:
         assert server.stdout is not None
         ports = (failing_port, int(server.stdout.readline()))
+        runs: list[tuple[str, dict[str, Any]]] = []
         with Sim(fast_sim_args()) as sim:
-            runs = {"baseline": run(ns, sim, 0, ports)} if ns.baseline else {}
-            runs["fleet"] = run(ns, sim, ns.targets, ports)
+            for _ in range(ns.repeat):  # alternated: the machine's drift falls on both
+                kinds = [("baseline", 0)] if ns.baseline else []
+                for name, targets in [*kinds, ("fleet", ns.targets)]:
+                    result = run(ns, sim, targets, ports)
+                    result["parts"] = split(sim, result)
+                    runs.append((name, result))
     finally:
         server.terminate()
         server.wait(10)
-    for name, r in runs.items():
+    for name, r in runs:
         print(f"{name} ({ns.targets if name == 'fleet' else 0} failing targets, {ns.seconds:g} s):")
         print("  " + line("/-/healthy", r["healthy_ms"]))
         print("  " + line("/metrics", r["metrics_ms"]))
         print("  " + line("healthy TTFT", r["ttft_ms"]))
+        print("    its parts, p50: " + ", ".join(
+            f"{part} {fmt(pct(v, 50))}" for part, v in r["parts"].items()))  # fmt: skip
         print(
             f"  load in flight at most {r['peak_load_in_flight']:.0f} (read each second);"
             f" arrivals not sent {r['dropped']}"
         )
         print(f"  failing outcomes {r['failing']}; worker CPU {r['cpu_share']:.0%};"
               f" shutdown {r['shutdown_s']:.2f} s (grace {GRACE_SECONDS:g} s)")  # fmt: skip
+    if ns.baseline:
+        summary(runs)
+
+
+def summary(runs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Medians over the runs of each kind, and the fleet's TTFT over the baseline's."""
+    figures: dict[str, dict[str, list[float]]] = {"baseline": {}, "fleet": {}}
+    for name, r in runs:
+        mine = figures[name]
+        for key, values in (("TTFT p50", r["ttft_ms"]), ("TTFT p99", r["ttft_ms"])):
+            mine.setdefault(key, []).append(pct(values, 50 if "50" in key else 99))
+        for part, values in r["parts"].items():
+            mine.setdefault(part, []).append(pct(values, 50))
+    print(f"medians of {len(runs) // 2} runs each (ms):")
+    for key in figures["fleet"]:
+        base, fleet = (statistics.median(figures[k][key]) for k in ("baseline", "fleet"))
+        ratio = f"{fleet / base:.2f}x" if base > 0 else "—"
+        print(
+            f"  {key:<10} baseline {fmt(base)}  fleet {fmt(fleet)}  ({ratio}; +{fmt(fleet - base)})"
+        )
 
 
 if __name__ == "__main__":
