@@ -199,8 +199,8 @@ def split(sim: Sim, result: dict[str, Any]) -> dict[str, list[float]]:
     """The healthy target's TTFT in three parts (ms), from the simulator's own write stamps
     (one monotonic clock for every process): the daemon sending late (`sched → send`), the
     network and the simulator (`send → the token's write`), the daemon reading late (`write →
-    the token's stamp`). The first and last are the daemon's; the middle one is the engine's
-    and the machine's (the failing server shares its cores)."""
+    the token's stamp`). The first and last are the daemon's (`daemon`: their sum); the
+    middle one is the engine's and the machine's (the failing server shares its cores)."""
     parts: dict[str, list[float]] = {"send late": [], "engine": [], "read late": [], "daemon": []}
     for request_id, sched, send, first in result["stamps"]:
         writes = sim.stamps(request_id)["token_write_ns"]
