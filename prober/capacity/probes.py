@@ -193,8 +193,9 @@ class ProbesAloneEstimator:
             return ProbesAloneEstimate(
                 None, None, None, self.slots, Basis.NONE, drain_basis=traffic.basis
             )
+        waits = [s.wait for s in recent]
         live = [w - prefill_guess for w in self.probes.waited(now)]
-        wait = max([statistics.fmean(s.wait for s in recent), *live])
+        wait = max([statistics.fmean(waits), *live])
         own_waiting, own_holding = self.probes.occupancy(now, _RECENT_SECONDS, prefill_guess)
         slots = self.slots
         drain = self.drain(now, slots, traffic)
@@ -204,7 +205,7 @@ class ProbesAloneEstimator:
         # made. Whether a queue exists needs none.
         waiting: float | None = None
         if traffic.shape is not None:
-            waiting = _waiting([s.wait for s in recent], live, free, drain) if queue else 0.0
+            waiting = _waiting(waits, live, free, drain) if queue else 0.0
         running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         told = traffic.basis
         if slots is None:
@@ -214,7 +215,7 @@ class ProbesAloneEstimator:
         # Every slot is busy while a queue lasts. Where the decode slowdown cannot tell the
         # batch, or has not been read yet (a daemon started into a queue), running is known
         # only while a queue lasts throughout.
-        share = _queue_share(waiting, queue, [*(s.wait for s in recent), *live], free)
+        share = _queue_share(waiting, queue, [*waits, *live], free)
         if share >= 1:
             running = float(slots)
         elif share > 0 and running is not None:
