@@ -206,10 +206,11 @@ def split(sim: Sim, result: dict[str, Any]) -> dict[str, list[float]]:
         writes = sim.stamps(request_id)["token_write_ns"]
         if not isinstance(writes, list) or not writes:
             continue
-        parts["send late"].append((send - sched) / 1e6)
+        late_send, late_read = (send - sched) / 1e6, (first - writes[0]) / 1e6
+        parts["send late"].append(late_send)
         parts["engine"].append((writes[0] - send) / 1e6)
-        parts["read late"].append((first - writes[0]) / 1e6)
-        parts["daemon"].append(parts["send late"][-1] + parts["read late"][-1])
+        parts["read late"].append(late_read)
+        parts["daemon"].append(late_send + late_read)
     return parts
 
 
