@@ -7,7 +7,8 @@ batch it decodes in, and the slots they say.
 decoding alone); β is the jump in a probe's gaps when its companion probe joins its batch
 (`DecodeModel.observe_pair`), or, with the slot count known, the secant from α to the gap of
 probes that decoded at full batch. The sequences beside a probe are `(gap − α) / β`, made only
-where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`). Slots,
+where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`, judged by
+the jumps' trimmed mean, `mean_jump`). Slots,
 without the operator's hint, are learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, β the centre of the pairs' cluster of one more sequence
 (`one_more`, `cluster_centre`, `slots_from`), from at least 40 pairs.
@@ -98,14 +99,37 @@ class DecodeModel:
     def gap_full(self) -> float | None:
         return statistics.median(self._full) if self._full else None
 
-    def _pair_beta(self) -> float | None:
-        """The median jump: the slope across the batches the pairs were read at, for the
-        running figure. On llama-server, whose step does not grow linearly with the batch,
-        `one_more` put that figure's MAE at half load at 0.63 to 1.10 against a bound of
-        1.00 in four runs (three reading high); the median at 0.43 to 0.78 in seven."""
+    def mean_jump(self) -> float | None:
+        """What one more sequence adds to the step on average over the batches the pairs were
+        read at: the jumps' mean, a tenth trimmed at either end (a foreign prefill inside a
+        gap). Foreign requests leave about as often as they join while a pair is read, so the
+        jumps' clusters at 0 and 2β balance about β; the median lands in whichever cluster
+        holds the middle pair, and an engine whose step stops growing near full batch puts
+        the pairs read there in the 0 one (llama-server's gaps: 43 ms at both 3 and 4
+        sequences, bench/README.md). Judged by the median, the simulator's 0.3 α slowdown read
+        under the 0.2 α threshold for two thirds of a level at half load in one run of five,
+        and llama-server's (0.5 to 1.1 α) for 93 % of one in one run of two
+        (docs/flakiness.md). None with fewer than `_MIN_PAIRS` pairs."""
         if len(self._jumps) < _MIN_PAIRS:
             return None
-        beta = statistics.median(self._jumps)
+        jumps = sorted(self._jumps)
+        cut = len(jumps) // 10
+        return statistics.fmean(jumps[cut : len(jumps) - cut])
+
+    def _pair_beta(self) -> float | None:
+        """β for the running figure: the median jump, the slope across the batches the pairs
+        were read at. On llama-server, whose step does not grow linearly with the batch,
+        `one_more` put that figure's MAE at half load at 0.63 to 1.10 against a bound of
+        1.00 in four runs (three reading high); the median at 0.43 to 0.78 in seven. Where the
+        median landed in the cluster of no change (under the threshold) while the jumps' mean
+        says the step grows (`mean_jump`), the mean: a β near 0 would read any gap as a full
+        batch. Where the mean does not clear the threshold either, the mean, which
+        `_resolved` then refuses."""
+        mean = self.mean_jump()
+        if mean is None:
+            return None
+        median = statistics.median(self._jumps)
+        beta = median if _resolved(self.alpha, mean) and _resolved(self.alpha, median) else mean
         return beta if beta > 0 else None
 
     def beta(self, slots: int | None) -> float | None:
@@ -150,7 +174,8 @@ class DecodeModel:
 
     def resolves(self, slots: int | None) -> bool:
         """Whether one more sequence lengthens the step by enough to tell the batch from the
-        gaps' noise (`_MIN_SLOWDOWN` of α)."""
+        gaps' noise (`_MIN_SLOWDOWN` of α): by the secant where the slots and a full batch
+        are known, else by the jumps' mean (`_pair_beta`)."""
         return _resolved(self.alpha, self.beta(slots))
 
     def others(self, gap: float, slots: int | None) -> float | None:

@@ -29,7 +29,8 @@ shows before the probe that is stuck in it comes back.
 Running: every slot while a queue exists (a queue of less than one request for its share of
 the window, where its length is known); otherwise the other sequences the recent probes
 decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
-only where one more sequence lengthens the step by a fifth of α or more (`decode._MIN_SLOWDOWN`).
+only where one more sequence lengthens the step by a fifth of α or more (`decode._MIN_SLOWDOWN`,
+judged by the pairs' mean jump: `DecodeModel.mean_jump`).
 The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from at least 40 pairs.

@@ -293,6 +293,31 @@ def test_no_running_figure_where_one_more_sequence_barely_slows_the_step() -> No
     assert enough.others(ALPHA * 1.42, None) == pytest.approx(2.0)
 
 
+def test_the_slowdown_is_judged_by_the_jumps_mean_not_the_cluster_their_median_lands_in() -> None:
+    """At half load the jumps cluster at 0 (a foreign request left as the companion joined,
+    or a step that stopped growing near full batch), β and 2β. With half of them at 0 the
+    median lies between 0 and β, under the threshold, for a step that grows by 0.3 α: the
+    trimmed mean still says it grows, and is the β the figure then uses. Noise about 0 with
+    one foreign prefill inside a gap (a jump of 0.9 α) is still no slowdown."""
+    beta = 0.3 * ALPHA
+    split = DecodeModel()
+    split.observe(ALPHA, full_batch=False)
+    jumps = [0.0] * 5 + [beta] * 2 + [2 * beta] * 3
+    for jump in jumps:
+        split.observe_pair(ALPHA, ALPHA + jump)
+    assert statistics.median(jumps) < 0.2 * ALPHA  # the median alone: no figure
+    assert split.mean_jump() == pytest.approx(0.225 * ALPHA)  # a tenth off either end
+    assert split.resolves(None)
+    assert split.others(ALPHA * 1.45, None) == pytest.approx(2.0)
+    flat = DecodeModel()
+    flat.observe(ALPHA, full_batch=False)
+    for jump in (-0.1, 0.05, -0.05, 0.02, 0.0, 0.1, -0.02, 0.9, -0.08, 0.04):
+        flat.observe_pair(ALPHA, ALPHA * (1 + jump))
+    assert flat.mean_jump() == pytest.approx(0.0075 * ALPHA)  # the 0.9 and the −0.1 cut
+    assert not flat.resolves(None)
+    assert flat.others(ALPHA * 1.5, None) is None
+
+
 def test_the_wait_is_the_mean_of_the_last_four_probes_at_least() -> None:
     """Probes a job apart (a wait and a decode each): the older ones leaving the 5 s window
     do not make the newest the whole figure."""
