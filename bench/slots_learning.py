@@ -11,7 +11,10 @@ median (the estimator before 2026-12-03). Prints the share of learnings that mis
 and, for the learner as the estimate runs it (`DecodeModel.learned_slots`, which reports a
 count only where 64 resamples of its pairs and full-batch gaps agree on it), the share wrong
 and the share unknown; the noise of 3 ms, half of β, is an engine whose step barely grows
-with the batch against its gaps' jitter (vLLM on a CPU).
+with the batch against its gaps' jitter (vLLM on a CPU). Then a learner as a daemon runs
+it, read after every pair (`stream`): the share of reads wrong and unknown, and how often a
+known count is dropped, with a count kept at the bar that first agreed it and at the lower
+one that keeps it (`decode._SLOTS_KEEP`).
 
     .venv/bin/python bench/slots_learning.py [--trials 4000] [--slots 4]
 """
@@ -23,6 +26,7 @@ import random
 import statistics
 from collections.abc import Callable
 
+from prober.capacity import decode
 from prober.capacity.decode import DecodeModel, cluster_centre, one_more
 
 BETA_MS = 6.0  # the simulator's decode slowdown: 0.3 × its 20 ms step
@@ -85,6 +89,40 @@ def guarded(
     return wrong / trials, unknown / trials
 
 
+def stream(
+    rng: random.Random, trials: int, slots: int, p_left: float, p_joined: float, noise: float,
+    pairs: int = 120, keep: float | None = None,
+) -> tuple[float, float, float]:  # fmt: skip
+    """A daemon reading its slots after every pair from the fortieth to the `pairs`-th (full-
+    batch gaps as above): (share of reads wrong, share unknown, times a known count was
+    dropped per learner). `keep`: the share of resamples that keeps a count once agreed
+    (`decode._SLOTS_KEEP`); None, the estimate's own."""
+    wrong = unknown = drops = reads = 0
+    alpha, saved = 20.0, decode._SLOTS_KEEP
+    decode._SLOTS_KEEP = saved if keep is None else keep
+    try:
+        for _ in range(trials):
+            model = DecodeModel()
+            model.observe(alpha / 1000, full_batch=False)
+            for _ in range(3):
+                full = alpha + BETA_MS * (slots - 1) + rng.gauss(0.0, noise)
+                model.observe(full / 1000, full_batch=True)
+            held = None
+            for i, jump in enumerate(_jumps(rng, pairs, p_left, p_joined, noise)):
+                model.observe_pair(alpha / 1000, (alpha + jump) / 1000)
+                if i + 1 < decode._MIN_SLOT_PAIRS:
+                    continue
+                learned = model.learned_slots()
+                reads += 1
+                unknown += learned is None
+                wrong += learned is not None and learned != slots
+                drops += held is not None and learned is None
+                held = learned
+    finally:
+        decode._SLOTS_KEEP = saved
+    return wrong / reads, unknown / reads, drops / trials
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=4000)
@@ -109,6 +147,20 @@ def main() -> None:
                 print(
                     f"{p_left:5.2f}/{p_joined:<6.2f} {noise:8.1f} {pairs:5d} "
                     f"{rates[0]:11.3f} {rates[1]:9.3f}  {wrong:14.3f} {unknown:7.3f}"
+                )
+    stream_trials = max(1, args.trials // 60)  # a learner reads its slots 81 times
+    print(f"\nread after every pair from the 40th to the 120th, {stream_trials} learners a row")
+    head = ("left/joined", 12), ("noise ms", 8), ("keep", 5), ("wrong", 6), ("unknown", 7)
+    print(" ".join(f"{name:>{width}}" for name, width in head), f"{'drops':>6}")
+    for p_left, p_joined in ((0.25, 0.25), (0.32, 0.18), (0.18, 0.32)):
+        for noise in (0.3, 1.0, 3.0):
+            for keep in (decode._SLOTS_AGREEMENT, decode._SLOTS_KEEP):
+                wrong, unknown, drops = stream(
+                    rng, stream_trials, args.slots, p_left, p_joined, noise, keep=keep
+                )
+                print(
+                    f"{p_left:5.2f}/{p_joined:<6.2f} {noise:8.1f} {keep:5.2f} "
+                    f"{wrong:6.3f} {unknown:7.3f} {drops:6.2f}"
                 )
 
 

@@ -556,6 +556,33 @@ def test_slots_are_learned_only_where_resamples_of_the_pairs_agree() -> None:
     assert len(unguarded) > 1  # read once, they would have said 3, 4 or 6
 
 
+def test_a_count_once_agreed_is_kept_while_most_resamples_still_read_it() -> None:
+    """The simulator's test without the hint: the data read 4 at every read while the
+    resamples that agreed moved over 42 to 61 of 64 around the bar of 52. A count once agreed
+    stays while the data read it and 0.65 of the resamples do; a new count needs the full bar."""
+
+    def model(clean_first: bool, beta: float, seed: int) -> DecodeModel:
+        m = DecodeModel()
+        m.observe(gap(1), full_batch=False)
+        for _ in range(3):
+            m.observe(gap(4), full_batch=True)
+        for _ in range(_MIN_SLOT_PAIRS):
+            m.observe_pair(gap(1), gap(2))
+        if clean_first:
+            assert m.learned_slots() == 4  # steady pairs: agreed
+        rng = random.Random(seed)  # then 64 noisy ones replace them: clusters at 0, β, 2β
+        for _ in range(64):
+            jump = rng.choice((0.0, beta, beta, 2 * beta)) + rng.gauss(0, 0.002)
+            m.observe_pair(gap(1), gap(1) + jump)
+        return m
+
+    assert model(clean_first=False, beta=BETA, seed=0).learned_slots() is None  # under 52
+    assert model(clean_first=True, beta=BETA, seed=0).learned_slots() == 4  # the same data
+    moved = model(clean_first=True, beta=(gap(4) - ALPHA) / 4, seed=4)  # the data read 5
+    assert moved.learned_slots() is None  # 4 no longer read, 5 not agreed
+    assert moved._agreed_slots(held=5) == 5  # (agreed by 0.65: kept, had it been held)
+
+
 def test_no_positive_jump_gives_no_beta_and_no_slots() -> None:
     model = DecodeModel()
     model.observe(gap(1), full_batch=False)
