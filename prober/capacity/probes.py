@@ -30,7 +30,7 @@ Running: every slot while a queue exists (a queue of less than one request for i
 the window, where its length is known); otherwise the other sequences the recent probes
 decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
 only where one more sequence lengthens the step by a fifth of α or more (`decode._MIN_SLOWDOWN`,
-judged by the pairs' mean jump: `DecodeModel.mean_jump`).
+judged by the pairs' median or mean jump, whichever clears it: `DecodeModel._pair_beta`).
 The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from at least 40 pairs.
