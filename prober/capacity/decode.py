@@ -188,6 +188,21 @@ class DecodeModel:
         bar = _SLOTS_KEEP if read == held else _SLOTS_AGREEMENT
         return read if agree >= bar * _SLOTS_RESAMPLES else None
 
+    def readable(self) -> bool | None:
+        """Whether the pairs say the batch can be read from the gaps (`resolves`); None while
+        they are too few to say."""
+        return None if len(self._jumps) < _MIN_PAIRS else self.resolves(None)
+
+    def reading(self) -> dict[str, float | int | None]:
+        """What the pairs read, for a log line: α and the jumps' median and trimmed mean in
+        ms, and how many pairs."""
+        alpha, mean = self.alpha, self.mean_jump()
+        median = statistics.median(self._jumps) if self._jumps else None
+        ms = {"alpha_ms": alpha, "median_jump_ms": median, "mean_jump_ms": mean}
+        return {k: None if v is None else round(v * 1e3, 3) for k, v in ms.items()} | {
+            "pairs": len(self._jumps)
+        }
+
     def resolves(self, slots: int | None) -> bool:
         """Whether one more sequence lengthens the step by enough to tell the batch from the
         gaps' noise (`_MIN_SLOWDOWN` of α): by the secant where the slots and a full batch

@@ -19,6 +19,7 @@ one line at start says what to set.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
@@ -53,6 +54,7 @@ _SHAPE_WINDOW_SECONDS = 60.0
 _MIN_SHAPE_REQUESTS = 16
 _MAX_MEAN_TOKENS = 1_000_000.0  # as `traffic:` allows: beyond it a counter is not a count
 _OWN_KEPT = 4096  # own finished requests remembered for the shape: a minute at 68/s
+_NOTE_SECONDS = 60.0  # `decode_slowdown_*` lines: at most one a minute per target
 # What to set where the waiting depth is withheld: the log line's `fix`, and the status page's.
 WITHHELD_FIX = (
     "set traffic: {prompt_tokens: N, output_tokens: N} (the mean lengths of the engine's "
@@ -125,6 +127,7 @@ class TargetCapacity:
         self._shape_noted = False
         self.state = EngineWatch(target.activity)
         self._estimate_failed = False
+        self._readable: tuple[bool | None, float] = (None, -math.inf)  # (said, when)
 
     def observe(self, result: RequestResult, *, probe: bool = False) -> float | None:
         """A finished load request or probe (a probe's result also feeds the probes-alone
@@ -143,7 +146,22 @@ class TargetCapacity:
         waits = self.estimator.observe_pair(primary, companion)
         self.state.finished(primary, waits[0])
         self.state.finished(companion, waits[1])
+        self._note_slowdown()
         return waits
+
+    def _note_slowdown(self) -> None:
+        """One line when the pairs first say whether the batch can be read from the probes'
+        gaps (why a running figure below saturation is made, or not), and again where that
+        changes, at most once a minute (`_NOTE_SECONDS`), with what they read."""
+        alone = self.estimator.probes_alone
+        readable = None if alone is None else alone.decode.readable()
+        said, when = self._readable
+        now = self._clock()
+        if alone is None or readable is None or readable == said or now - when < _NOTE_SECONDS:
+            return
+        self._readable = (readable, now)
+        event = "decode_slowdown_readable" if readable else "decode_slowdown_unreadable"
+        log.info(event, target=self.target.name, **alone.decode.reading())
 
     def traffic(self) -> Traffic:
         """The shape of the engine's other requests: the operator's word first (a statement

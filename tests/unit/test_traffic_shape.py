@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 from prober.capacity import target as target_module
+from prober.capacity.decode import _MIN_PAIRS, DecodeModel
 from prober.capacity.probes import ProbeSample, Shape, Traffic
 from prober.capacity.server import ServerSnapshot, TokenTotals, parse_metrics
 from prober.capacity.target import CapacityCollector, TargetCapacity
@@ -276,3 +277,35 @@ def test_an_engine_without_token_counters_is_said_once_at_its_first_scrape(
     [line] = logs
     assert line["event"] == "queue_depth_withheld"
     assert "llamacpp" in line["why"]
+
+
+def test_whether_the_gaps_can_tell_the_batch_is_said_once_then_on_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Why a running figure below saturation is made or not, with what the pairs read: one
+    line when the pairs first say, then one where that changes, at most once a minute."""
+    clock = Clock()
+    cap = Daemon(clock).cap
+    alone = cap.estimator.probes_alone
+    assert alone is not None
+    flat = DecodeModel()  # one more sequence adds nothing
+    flat.observe(gap(1), full_batch=False)
+    for _ in range(_MIN_PAIRS):
+        flat.observe_pair(gap(1), gap(1))
+    with capture_logs() as logs:
+        monkeypatch.setattr(target_module, "log", structlog.get_logger("prober.capacity"))
+        cap._note_slowdown()  # no pairs yet: nothing to say
+        alone.decode = learned_model()  # forty pairs, each a jump of β = 0.3 α
+        cap._note_slowdown()
+        cap._note_slowdown()
+        alone.decode = flat
+        clock.now += 30.0
+        cap._note_slowdown()  # changed, but within the minute
+        clock.now += 31.0
+        cap._note_slowdown()
+    readable, unreadable = logs
+    assert (readable["event"], readable["target"], readable["pairs"]) == (
+        "decode_slowdown_readable", "t", 40,
+    )  # fmt: skip
+    assert (readable["alpha_ms"], readable["median_jump_ms"]) == (20.0, 6.0)
+    assert (unreadable["event"], unreadable["mean_jump_ms"]) == ("decode_slowdown_unreadable", 0.0)
