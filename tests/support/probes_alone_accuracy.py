@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import subprocess
@@ -305,7 +306,7 @@ async def run_levels(
         "targets": [{"name": "engine", "url": f"{base}/v1", "model": "m", **target}],
     }
     scores = []
-    async with daemon(config) as (url, _), aiohttp.ClientSession() as session:
+    async with daemon(config) as (url, _), aiohttp.ClientSession() as session, _decode_lines():
         for i, level in enumerate(levels):
             level_settle = settle if level.settle is None else level.settle
             level_seconds = seconds if level.seconds is None else level.seconds
@@ -347,6 +348,19 @@ async def run_levels(
             scores.append(score)
             await drain(base, timeout=300)
     return scores
+
+
+@asynccontextmanager
+async def _decode_lines() -> AsyncIterator[None]:
+    """The daemon's `decode_slowdown_*` lines (info) in the test's output: what the pairs read
+    where the running figure below saturation is made, or not."""
+    capacity = logging.getLogger("prober.capacity")
+    was = capacity.level
+    capacity.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        capacity.setLevel(was)
 
 
 # How long one sample's `/metrics` read may take: an engine or daemon that does not answer
