@@ -30,6 +30,7 @@ from prober.capacity import decode
 from prober.capacity.decode import DecodeModel, cluster_centre, one_more
 
 BETA_MS = 6.0  # the simulator's decode slowdown: 0.3 × its 20 ms step
+ALPHA_MS = 20.0
 
 
 def _jumps(
@@ -67,6 +68,17 @@ def miss_rate(
     return misses / trials
 
 
+def _with_full_batches(rng: random.Random, slots: int, noise: float, beta_ms: float) -> DecodeModel:
+    """A learner that has seen a lone probe and three at full batch (their gaps as noisy as
+    the jumps), no pair yet."""
+    model = DecodeModel()
+    model.observe(ALPHA_MS / 1000, full_batch=False)
+    for _ in range(3):
+        full = ALPHA_MS + beta_ms * (slots - 1) + rng.gauss(0.0, noise)
+        model.observe(full / 1000, full_batch=True)
+    return model
+
+
 def guarded(
     rng: random.Random, trials: int, pairs: int, slots: int, p_left: float, p_joined: float,
     noise: float, beta_ms: float = BETA_MS,
@@ -74,15 +86,10 @@ def guarded(
     """(share wrong, share unknown) of `DecodeModel.learned_slots`, which reads the slots only
     where resamples of its data agree on them; full-batch gaps carry the same noise."""
     wrong = unknown = 0
-    alpha = 20.0
     for _ in range(trials):
-        model = DecodeModel()
-        model.observe(alpha / 1000, full_batch=False)
-        for _ in range(3):
-            full = alpha + beta_ms * (slots - 1) + rng.gauss(0.0, noise)
-            model.observe(full / 1000, full_batch=True)
+        model = _with_full_batches(rng, slots, noise, beta_ms)
         for jump in _jumps(rng, pairs, p_left, p_joined, noise, beta_ms):
-            model.observe_pair(alpha / 1000, (alpha + jump) / 1000)
+            model.observe_pair(ALPHA_MS / 1000, (ALPHA_MS + jump) / 1000)
         learned = model.learned_slots()
         unknown += learned is None
         wrong += learned is not None and learned != slots
@@ -98,18 +105,14 @@ def stream(
     dropped per learner). `keep`: the share of resamples that keeps a count once agreed
     (`decode._SLOTS_KEEP`); None, the estimate's own."""
     wrong = unknown = drops = reads = 0
-    alpha, saved = 20.0, decode._SLOTS_KEEP
+    saved = decode._SLOTS_KEEP
     decode._SLOTS_KEEP = saved if keep is None else keep
     try:
         for _ in range(trials):
-            model = DecodeModel()
-            model.observe(alpha / 1000, full_batch=False)
-            for _ in range(3):
-                full = alpha + BETA_MS * (slots - 1) + rng.gauss(0.0, noise)
-                model.observe(full / 1000, full_batch=True)
+            model = _with_full_batches(rng, slots, noise, BETA_MS)
             held = None
             for i, jump in enumerate(_jumps(rng, pairs, p_left, p_joined, noise)):
-                model.observe_pair(alpha / 1000, (alpha + jump) / 1000)
+                model.observe_pair(ALPHA_MS / 1000, (ALPHA_MS + jump) / 1000)
                 if i + 1 < decode._MIN_SLOT_PAIRS:
                     continue
                 learned = model.learned_slots()
