@@ -89,6 +89,7 @@ class DecodeModel:
         self._jumps: deque[float] = deque(maxlen=64)
         self._seen = 0  # observations so far: the learned slots are read again once it moves
         self._slots: tuple[int, int | None] = (-1, None)  # (at `_seen`, the slots learned)
+        self._beta: tuple[int, float | None] = (-1, None)  # (at `_seen`, `_pair_beta`)
 
     def observe(self, gap: float, *, full_batch: bool) -> None:
         self._gaps.append(gap)
@@ -136,7 +137,14 @@ class DecodeModel:
         slowdown is readable where either clears it: each misses the simulator's 0.28 α now
         and then with a level's 8 to 16 pairs (jumps spread by 0.31 α: the mean's error 0.08
         to 0.11 α; the median's cluster comes and goes), and on vLLM's CPU build neither
-        passed 0.08 α. Where neither does, the larger, which `_resolved` then refuses."""
+        passed 0.08 α. Where neither does, the larger, which `_resolved` then refuses.
+        Read again only once an observation came in: the running figure asks for it once per
+        stretch of every recent probe, at each scrape."""
+        if self._beta[0] != self._seen:
+            self._beta = (self._seen, self._read_pair_beta())
+        return self._beta[1]
+
+    def _read_pair_beta(self) -> float | None:
         mean = self.mean_jump()
         if mean is None:
             return None
@@ -146,8 +154,8 @@ class DecodeModel:
 
     def beta(self, slots: int | None) -> float | None:
         """The secant from a probe alone to a full batch where both are measured (two well
-        observed anchors), else the median jump of pairs (noisier: the other sequences come
-        and go while a pair is read)."""
+        observed anchors), else the pairs' jump (`_pair_beta`; noisier: the other sequences
+        come and go while a pair is read)."""
         alpha, full = self.alpha, self.gap_full
         if slots is None or slots < 2 or alpha is None or full is None or full <= alpha:
             return self._pair_beta()
