@@ -33,7 +33,7 @@ BETA_MS = 6.0  # the simulator's decode slowdown: 0.3 × its 20 ms step
 ALPHA_MS = 20.0
 
 
-def _jumps(
+def model_jumps(
     rng: random.Random, n: int, p_left: float, p_joined: float, noise: float,
     beta: float = BETA_MS,
 ) -> list[float]:  # fmt: skip
@@ -63,7 +63,7 @@ def miss_rate(
     span = BETA_MS * (slots - 1)  # gap_full − α
     misses = 0
     for _ in range(trials):
-        beta = estimator(_jumps(rng, pairs, p_left, p_joined, noise))
+        beta = estimator(model_jumps(rng, pairs, p_left, p_joined, noise))
         misses += beta is None or round(1 + span / beta) != slots
     return misses / trials
 
@@ -88,7 +88,7 @@ def guarded(
     wrong = unknown = 0
     for _ in range(trials):
         model = _with_full_batches(rng, slots, noise, beta_ms)
-        for jump in _jumps(rng, pairs, p_left, p_joined, noise, beta_ms):
+        for jump in model_jumps(rng, pairs, p_left, p_joined, noise, beta_ms):
             model.observe_pair(ALPHA_MS / 1000, (ALPHA_MS + jump) / 1000)
         learned = model.learned_slots()
         unknown += learned is None
@@ -111,7 +111,7 @@ def stream(
         for _ in range(trials):
             model = _with_full_batches(rng, slots, noise, BETA_MS)
             held = None
-            for i, jump in enumerate(_jumps(rng, pairs, p_left, p_joined, noise)):
+            for i, jump in enumerate(model_jumps(rng, pairs, p_left, p_joined, noise)):
                 model.observe_pair(ALPHA_MS / 1000, (ALPHA_MS + jump) / 1000)
                 if i + 1 < decode._MIN_SLOT_PAIRS:
                     continue

@@ -20,6 +20,7 @@ helpers; `probes.ProbesAloneEstimator` reads them.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import statistics
 from collections import deque
@@ -68,6 +69,17 @@ _SLOTS_KEEP = 0.65
 # There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the load. A GPU far from its
 # compute limit reads its weights once a step whatever the batch: expected as flat (unmeasured).
 _MIN_SLOWDOWN = 0.2
+# Whether the slowdown clears `_MIN_SLOWDOWN` is first said once the threshold lies outside
+# the jumps' mean ± this many standard errors (`settled`), or at `_MAX_UNSURE_PAIRS` pairs
+# whatever they read. The simulator's jumps spread by about a fifth of α over clusters at 0,
+# β and 2β: eight pairs read its 0.3 α slowdown under the threshold (a fresh machine's run:
+# mean 0.17 α, median 0.07 α at the eighth pair, readable at the fifteenth, 68 s later, after
+# the level was scored), in `bench/slowdown_decision.py`'s model 11 % of the time (23 % where
+# foreign requests leave more often than they join); settled first, 2 % (12 %), at a median
+# of 15 pairs. llama-server's and vLLM's settle at 8 or 9. Until then the pairs go with every
+# probe and no figure claims the slowdown unreadable.
+_SURE_ERRORS = 2.0
+_MAX_UNSURE_PAIRS = 32
 
 
 def median_gap(stamps: list[int] | tuple[int, ...], tokens_per_event: float) -> float | None:
@@ -90,6 +102,7 @@ class DecodeModel:
         self._seen = 0  # observations so far: the learned slots are read again once it moves
         self._slots: tuple[int, int | None] = (-1, None)  # (at `_seen`, the slots learned)
         self._beta: tuple[int, float | None] = (-1, None)  # (at `_seen`, `_pair_beta`)
+        self._settled = False  # `settled`: once said, kept
 
     def observe(self, gap: float, *, full_batch: bool) -> None:
         self._gaps.append(gap)
@@ -123,9 +136,7 @@ class DecodeModel:
         (docs/flakiness.md). None with fewer than `_MIN_PAIRS` pairs."""
         if len(self._jumps) < _MIN_PAIRS:
             return None
-        jumps = sorted(self._jumps)
-        cut = len(jumps) // 10
-        return statistics.fmean(jumps[cut : len(jumps) - cut])
+        return statistics.fmean(_trimmed(self._jumps))
 
     def _pair_beta(self) -> float | None:
         """β for the running figure: the median jump, the slope across the batches the pairs
@@ -162,9 +173,26 @@ class DecodeModel:
         return (full - alpha) / (slots - 1)
 
     def learning(self, slots_known: bool) -> bool:
-        """Too few pairs yet to tell the slowdown of one more sequence, or, where the slots
-        must be learned, too few to read them from."""
-        return len(self._jumps) < (_MIN_PAIRS if slots_known else _MIN_SLOT_PAIRS)
+        """Too few pairs yet to tell the slowdown of one more sequence (`settled`), or, where
+        the slots must be learned, too few to read them from."""
+        return not self.settled() or (not slots_known and len(self._jumps) < _MIN_SLOT_PAIRS)
+
+    def settled(self) -> bool:
+        """Whether the pairs have said if the slowdown clears `_MIN_SLOWDOWN` of α: at least
+        `_MIN_PAIRS` of them and the threshold outside their trimmed mean ± `_SURE_ERRORS`
+        standard errors, or `_MAX_UNSURE_PAIRS` of them whatever they read. Once said, the
+        pairs after it move the decision (`resolves`) but never take it back to unsaid: a
+        figure that comes and goes with every pair is worse than one a pair late."""
+        if not self._settled and len(self._jumps) >= _MIN_PAIRS:
+            self._settled = len(self._jumps) >= _MAX_UNSURE_PAIRS or self._sure()
+        return self._settled
+
+    def _sure(self) -> bool:
+        alpha, jumps = self.alpha, _trimmed(self._jumps)
+        if alpha is None:
+            return False
+        error = statistics.stdev(jumps) / math.sqrt(len(jumps))
+        return abs(statistics.fmean(jumps) - _MIN_SLOWDOWN * alpha) > _SURE_ERRORS * error
 
     def learned_slots(self) -> int | None:
         """`1 + (gap_full − α) / β`, β the jump of one more sequence (`one_more`), where the
@@ -197,9 +225,9 @@ class DecodeModel:
         return read if agree >= bar * _SLOTS_RESAMPLES else None
 
     def readable(self) -> bool | None:
-        """Whether the pairs say the batch can be read from the gaps (`resolves`); None while
-        they are too few to say."""
-        return None if len(self._jumps) < _MIN_PAIRS else self.resolves(None)
+        """Whether the pairs say the batch can be read from the gaps (`resolves`); None until
+        they have said (`settled`)."""
+        return self.resolves(None) if self.settled() else None
 
     def reading(self) -> dict[str, float | int | None]:
         """What the pairs read, for a log line: α and the jumps' median and trimmed mean in
@@ -225,6 +253,13 @@ class DecodeModel:
             return None
         others = max(0.0, (gap - alpha) / beta)
         return others if slots is None else min(others, slots - 1.0)
+
+
+def _trimmed(jumps: Iterable[float]) -> list[float]:
+    """The jumps less a tenth at either end (a foreign prefill inside a gap)."""
+    ordered = sorted(jumps)
+    cut = len(ordered) // 10
+    return ordered[cut : len(ordered) - cut]
 
 
 def _resolved(alpha: float | None, beta: float | None) -> bool:

@@ -221,12 +221,11 @@ class ProbesAloneEstimator:
             running = float(slots)
         elif share > 0 and running is not None:
             running += (slots - running) * share
-        # Otherwise a running figure missing for want of data (fewer than eight pairs, no
-        # recent decode) leaves the estimate without a basis; one that the pairs say the decode
-        # slowdown cannot give (a jump under a fifth of α, or none: `DecodeModel.resolves`)
-        # does not.
-        pairs_read = not self.decode.learning(slots_known=True)
-        unseeable = pairs_read and not self.decode.resolves(None)
+        # Otherwise a running figure missing for want of data (pairs that have not yet said
+        # whether the slowdown can be read, no recent decode) leaves the estimate without a
+        # basis; one that the pairs say the decode slowdown cannot give (a jump under a fifth
+        # of α, or none: `DecodeModel.resolves`) does not.
+        unseeable = self.decode.settled() and not self.decode.resolves(None)
         if waiting is None or (running is None and not unseeable):
             # With the slots hinted, running (and saturation below the knee) needs no drain
             # rate: it is made before any probe has queued, and with no shape given.

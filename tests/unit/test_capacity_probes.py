@@ -7,7 +7,14 @@ import statistics
 
 import pytest
 
-from prober.capacity.decode import _MIN_PAIRS, _MIN_SLOT_PAIRS, DecodeModel, median_gap, slots_from
+from prober.capacity.decode import (
+    _MAX_UNSURE_PAIRS,
+    _MIN_PAIRS,
+    _MIN_SLOT_PAIRS,
+    DecodeModel,
+    median_gap,
+    slots_from,
+)
 from prober.capacity.inflight import ProbesInFlight
 from prober.capacity.own import QueueEstimator
 from prober.capacity.probes import Basis, ProbesAloneEstimator, ProbeSample, Shape, Traffic
@@ -324,6 +331,50 @@ def test_the_slowdown_is_readable_where_the_jumps_median_or_mean_clears_the_thre
     assert flat.mean_jump() == pytest.approx(0.0075 * ALPHA)  # the 0.9 and the −0.1 cut
     assert not flat.resolves(None)
     assert flat.others(ALPHA * 1.5, None) is None
+
+
+def test_the_first_word_on_the_slowdown_waits_until_the_pairs_are_sure() -> None:
+    """Eight pairs of an engine whose step grows by 0.3 α, read at half load: half of them at
+    0 (a foreign request left as the companion joined). Their mean, 0.16 α, lies under the
+    threshold of 0.2 α but within two standard errors of it: not yet said, so pairs still go
+    with every probe and the estimate has no basis (no claim that the batch cannot be read).
+    More pairs say it; the word, once said, is kept. Pairs that never settle it are decided at
+    `_MAX_UNSURE_PAIRS`."""
+    clock = Clock()
+    est = _estimator(clock)
+    model = DecodeModel()
+    model.observe(ALPHA, full_batch=False)
+    for jump in (0.0, 0.0, 0.0, 0.0, 0.05, 0.3, 0.3, 0.6):
+        model.observe_pair(ALPHA, ALPHA * (1 + jump))
+    assert model.mean_jump() == pytest.approx(0.15625 * ALPHA)
+    assert not model.resolves(None)  # as read now: too little
+    assert (model.settled(), model.readable(), model.learning(slots_known=True)) == (
+        False, None, True,
+    )  # fmt: skip
+    est.decode = model
+    for _ in range(4):
+        est.observe(ProbeSample(clock.now, 0.0, 0.05, 0.5, ALPHA * 1.3, False))
+    assert est.estimate(0.05).basis is Basis.NONE
+    pairs = _MIN_PAIRS
+    while model.readable() is None:
+        model.observe_pair(ALPHA, ALPHA * 1.3)
+        pairs += 1
+    assert model.readable()
+    assert pairs < _MAX_UNSURE_PAIRS
+    assert not model.learning(slots_known=True)
+    figure = est.estimate(0.05)
+    assert (figure.basis, figure.running) == (Basis.PROBES_HINT, pytest.approx(1.0, abs=0.1))
+    for _ in range(6):  # enough to put the mean back near the threshold: still said
+        model.observe_pair(ALPHA, ALPHA)
+    assert model.settled()
+    assert not model.learning(slots_known=True)
+    even = DecodeModel()  # a mean on the threshold: said at the cap, whatever it reads
+    even.observe(ALPHA, full_batch=False)
+    for i in range(_MAX_UNSURE_PAIRS - 1):
+        even.observe_pair(ALPHA, ALPHA * (1.2 + (0.5 if i % 2 else -0.5)))
+    assert even.readable() is None
+    even.observe_pair(ALPHA, ALPHA * 1.7)
+    assert even.readable() is not None
 
 
 def test_the_wait_is_the_mean_of_the_last_four_probes_at_least() -> None:
