@@ -8,7 +8,8 @@ decoding alone); β is the jump in a probe's gaps when its companion probe joins
 (`DecodeModel.observe_pair`), or, with the slot count known, the secant from α to the gap of
 probes that decoded at full batch. The sequences beside a probe are `(gap − α) / β`, made only
 where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`, judged by
-the jumps' median or their trimmed mean, `mean_jump`, whichever clears it). Slots,
+the jumps' median or their trimmed mean, `mean_jump`, whichever clears it; first said once
+the pairs are sure of it, `settled`). Slots,
 without the operator's hint, are learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, β the centre of the pairs' cluster of one more sequence
 (`one_more`, `cluster_centre`, `slots_from`), from at least 40 pairs.
