@@ -11,9 +11,10 @@ Rendered here: prometheus-client's own `Counter`, `Gauge` and `Histogram` (every
 `Metrics` creates), single-process values, legacy-valid names (what we define), in the text
 format (0.0.4 and 1.0.0) and OpenMetrics 1.0.0 (exemplars included), with `underscores` or
 `allow-utf-8` escaping: the encoders are the identity on legacy names under both. Any other
-collector (the capacity collector's families) is rendered by prometheus-client's encoder, a
-collector at a time, in its place; any other request (`name[]` filter, another format or
-escaping) goes to `make_aiohttp_handler` itself (`scrapes.py` serves `/metrics`).
+collector (the capacity collector's families) is collected on the event loop and formatted
+by prometheus-client's encoder with the rest, a collector at a time, in its place; any other
+request (`name[]` filter, another format or escaping) goes to `make_aiohttp_handler` itself
+(`scrapes.py` serves `/metrics`).
 tests/unit/test_exposition.py holds the two outputs equal, byte for byte, over generated
 registries.
 
@@ -238,9 +239,32 @@ def _installed(distribution: str) -> str:
         return "unknown"
 
 
+class _Collected:
+    """A collector's families as its `collect` made them on the event loop (a custom
+    collector reads the loop's state), for the library's encoder to format in the worker:
+    the families are new objects nobody else holds, and formatting them (sorting, escaping,
+    a float's text per sample) was most of the time the loop spent on the capacity
+    collector of 201 targets."""
+
+    def __init__(self, collector: Collector, escaping: str) -> None:
+        self.families = list(collector.collect())
+        self.escaping = escaping
+
+    def collect(self) -> Iterable[Any]:
+        return self.families
+
+    def render(self, out: list[str], form: str) -> None:
+        if form == TEXT:
+            out.append(exposition.generate_latest(_One(self), escaping=self.escaping).decode())
+            return
+        text = _generate_openmetrics(_One(self), escaping=self.escaping).decode()
+        out.append(text.removesuffix(_EOF))
+
+
 # What a render needs from the event loop's side, in the registry's order: each collector
-# the fast path renders, with its children as read then, or the text the library rendered.
-Plan = list[str | tuple[_Family, list[tuple[tuple[str, ...], Any]]]]
+# the fast path renders, with its children as read then, or the families any other
+# collector made then.
+Plan = list[_Collected | tuple[_Family, list[tuple[tuple[str, ...], Any]]]]
 
 
 class FastExposition:
@@ -248,11 +272,11 @@ class FastExposition:
 
     A render is two steps. `plan` runs where the metrics are updated (the event loop): it
     reads the registry's collectors and each family's children under their locks, and has
-    the library render any other collector there (a custom collector computes its values
-    from the loop's state). `assemble` formats the plan and may run in another thread: it
-    reads values without locks, as `_append` says, and touches no state but the families'
-    prefix caches, so one `assemble` at a time (`scrapes.py` has one worker). `render` does
-    both at once.
+    any other collector collect there (a custom collector computes its values from the
+    loop's state). `assemble` formats the plan and may run in another thread: it reads
+    values without locks, as `_append` says, has the library's encoder format the other
+    collectors' families, and touches no state but the families' prefix caches, so one
+    `assemble` at a time (`scrapes.py` has one worker). `render` does both at once.
 
     `fallbacks` counts the renders that raised (and so returned None); the first is logged.
     """
@@ -300,8 +324,8 @@ class FastExposition:
         try:
             out: list[str] = []
             for part in plan:
-                if isinstance(part, str):
-                    out.append(part)
+                if isinstance(part, _Collected):
+                    part.render(out, form)
                 else:
                     part[0].render(out, form, part[1])
             if form == OPENMETRICS:
@@ -337,17 +361,10 @@ class FastExposition:
             family = self.family(collector)
             children = None if family is None else family.children()
             if family is None or children is None:
-                plan.append(self._library(collector, form, escaping))
+                plan.append(_Collected(collector, escaping))
             else:
                 plan.append((family, children))
         return plan
-
-    @staticmethod
-    def _library(collector: Collector, form: str, escaping: str) -> str:
-        if form == TEXT:
-            return exposition.generate_latest(_One(collector), escaping=escaping).decode()
-        text = _generate_openmetrics(_One(collector), escaping=escaping).decode()
-        return text.removesuffix(_EOF)
 
 
 def negotiate(accept: str) -> tuple[str | None, str, str]:
