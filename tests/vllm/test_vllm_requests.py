@@ -14,7 +14,11 @@ meanwhile) and compares the prober's figures with the change:
   and where the first output waits between the engine core and the API server (on 2 cores
   the engine core's next step holds the CPU), that figure's decode span is longer than any
   client can see. Seen in a fresh suite: 54.4 ms where the probe and the API server read
-  46.8 ms, the first token held 83 ms; the hold-up is printed per probe;
+  46.8 ms, the first token held 83 ms; the hold-up is printed per probe. A token that
+  carries no text (one the server does not print) has no token-bearing event at the client:
+  TPOT's span ends at the last event with text, so where such tokens end the answer the
+  probe's span is a step short for each (seen in a fresh suite, docs/flakiness.md), and the
+  bound's low side allows a step for each token without an event;
 - usage-based prompt and output tokens with `vllm:prompt_tokens_total` /
   `vllm:generation_tokens_total`;
 - finish reasons with `vllm:request_success_total{finished_reason}`.
@@ -76,23 +80,32 @@ async def test_lone_probe_ttft_and_tpot_match_vllms_own(vllm: str) -> None:
             assert tokens == probe["output_tokens"] >= 2, (tokens, probe)
             api_tpot = (grew("vllm:e2e_request_latency_seconds_sum") - ttft) / (tokens - 1)
             core_tpot = grew("vllm:request_time_per_output_token_seconds_sum")
+            events = len(probe["itl_seconds"]) + 1  # those that carried text
             rows.append((probe["ttft_seconds"], ttft, probe["tpot_seconds"], api_tpot, core_tpot,
-                         tokens))  # fmt: skip
+                         tokens, events))  # fmt: skip
     table = "\n".join(
         f"probe TTFT {p:.4f} vLLM {s:.4f} (+{1e3 * (p - s):.1f} ms)   TPOT {t:.4f} vLLM's API "
         f"server {a:.4f}, its engine core {c:.4f} (first token held "
-        f"{1e3 * (c - a) * (n - 1):.0f} ms longer than the last)"
-        for p, s, t, a, c, n in rows
+        f"{1e3 * (c - a) * (n - 1):.0f} ms longer than the last); {n:.0f} tokens, {e} with text"
+        for p, s, t, a, c, n, e in rows
     )
     print("\n" + table, flush=True)
-    for probe_ttft, server_ttft, tpot, api_tpot, _, _ in rows:
+    for probe_ttft, server_ttft, tpot, api_tpot, _, tokens, events in rows:
         client_part = probe_ttft - server_ttft
         assert holds(
             "ttft - vllm ttft", client_part,
             at_least=0, at_most=CLIENT_PART_SECONDS, scale=CLIENT_PART_SECONDS,
         ), table  # fmt: skip
-        bound = max(TPOT_TOLERANCE * api_tpot, TPOT_SLACK_SECONDS)
-        assert holds("|tpot - api tpot|", abs(tpot - api_tpot), at_most=bound), table
+        # The spans from the first token to the last: the probe's ends at its last event with
+        # text (TPOT's definition), vLLM's at the last token. Each token without text, where
+        # it is among the last, ends the probe's span a step early.
+        bound = max(TPOT_TOLERANCE * api_tpot, TPOT_SLACK_SECONDS) * (tokens - 1)
+        span, api_span = tpot * (tokens - 1), api_tpot * (tokens - 1)
+        textless = (tokens - events) * api_tpot
+        assert holds(
+            "tpot span - api span", span - api_span,
+            at_least=-bound - textless, at_most=bound, scale=bound,
+        ), table  # fmt: skip
 
 
 async def _one(vllm: str, max_tokens: int, extra_body: dict[str, object]) -> RequestResult:
