@@ -216,16 +216,6 @@ class _Family:
                 out.append(f"{series.created}{fmt(child._created)}\n")
 
 
-class _One:
-    """A registry of one collector, for prometheus-client's encoders."""
-
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-
-    def collect(self) -> Iterable[Any]:
-        return self.collector.collect()
-
-
 def fallback_counter(registry: CollectorRegistry) -> Counter:
     """`llmprober_exposition_fallback_total`, declared on `registry` (once per registry)."""
     return counter(EXPOSITION_FALLBACK, registry)
@@ -244,7 +234,7 @@ class _Collected:
     collector reads the loop's state), for the library's encoder to format in the worker:
     the families are new objects nobody else holds, and formatting them (sorting, escaping,
     a float's text per sample) was most of the time the loop spent on the capacity
-    collector of 201 targets."""
+    collector of 201 targets. A registry of that one collector to the encoders."""
 
     def __init__(self, collector: Collector, escaping: str) -> None:
         self.families = list(collector.collect())
@@ -255,9 +245,9 @@ class _Collected:
 
     def render(self, out: list[str], form: str) -> None:
         if form == TEXT:
-            out.append(exposition.generate_latest(_One(self), escaping=self.escaping).decode())
+            out.append(exposition.generate_latest(self, escaping=self.escaping).decode())
             return
-        text = _generate_openmetrics(_One(self), escaping=self.escaping).decode()
+        text = _generate_openmetrics(self, escaping=self.escaping).decode()
         out.append(text.removesuffix(_EOF))
 
 
