@@ -31,7 +31,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 from prober.logs import safe_line
-from prober.result import Check, CheckResult, Outcome, RequestResult
+from prober.result import Check, CheckResult, FinishReason, Outcome, RequestResult
 
 DETAIL_CHARS = 200
 # One Markdown code fence around the whole answer, any info string (```json, ```JSON, ```).
@@ -127,11 +127,19 @@ def parse_answer(r: RequestResult) -> tuple[Any, str]:
     try:
         return json.loads(text, parse_constant=_no_constant), ""
     except json.JSONDecodeError as exc:
-        return None, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        return None, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{_ended(r)}"
     except ValueError as exc:  # NaN, Infinity, an integer past Python's digit limit
         return None, f"not JSON: {exc}"
     except RecursionError:
         return None, "not JSON: nested too deep"
+
+
+def _ended(r: RequestResult) -> str:
+    """Why a JSON answer broke off, where the server said it ran out of `max_tokens`: the
+    answer may be right but too long (a grammar's white space, say), not malformed."""
+    if r.finish_reason is FinishReason.LENGTH:
+        return "; the server stopped it at max_tokens (finish_reason length)"
+    return ""
 
 
 def _invalid(schema: Validator, value: Any) -> str:

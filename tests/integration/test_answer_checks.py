@@ -38,12 +38,16 @@ N_PROBES = 5
 ALIAS = "probe-model"
 COLOUR = {
     "type": "object",
-    # An enum keeps the grammar's answer short: a free string (or the white space the
-    # grammar allows between tokens) once ran past max_tokens and was cut, not JSON.
+    # An enum bounds the grammar's answer: llama-server's grammar for this schema is
+    # `"{" space "\"colour\"" space ":" space ("\"red\"" | ...) space "}" space`, and its
+    # `space` is `| " " | "\n"{1,2} [ \t]{0,20}` (read from the binary), so an answer is at
+    # most 5 x 22 characters of white space and 19 of JSON: `MAX_TOKENS` covers it, a token
+    # being at least a character. (At 96 the model once spent them all on tabs and was cut.)
     "properties": {"colour": {"enum": ["red", "green", "blue", "yellow"]}},
     "required": ["colour"],
     "additionalProperties": False,
 }
+MAX_TOKENS = 5 * 22 + 19 + 31  # the grammar's longest answer, and room to spare
 QUESTION = "Name one colour. Reply with a JSON object."
 engine = llama_server_fixture(1, extra_args=("--alias", ALIAS))
 
@@ -51,7 +55,7 @@ engine = llama_server_fixture(1, extra_args=("--alias", ALIAS))
 def target(url: str, expect: dict[str, Any], model: str = ALIAS) -> Target:
     cfg = TargetConfig.model_validate(
         {
-            "name": "t", "url": url, "model": model, "question": QUESTION, "max_tokens": 96,
+            "name": "t", "url": url, "model": model, "question": QUESTION, "max_tokens": MAX_TOKENS,
             "slo": {"ttft_seconds": 60, "tpot_seconds": 10},
             "extra_body": {
                 "response_format": {"type": "json_schema", "json_schema": {"schema": COLOUR}}

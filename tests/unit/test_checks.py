@@ -20,7 +20,7 @@ from prober.prompts import SALT_LEAD, PromptBuilder
 from prober.record import ANSWER_LOG_CHARS, Mode, Recorder
 from prober.request.sse import SSEParser
 from prober.request.stream import ANSWER_CHARS_PER_TOKEN, StreamState, answer_chars
-from prober.result import Check, CheckResult, Outcome, RequestResult
+from prober.result import Check, CheckResult, FinishReason, Outcome, RequestResult
 from prober.settings import TargetConfig, load_settings
 from prober.targets import Target
 from prober.timings import Slo, is_good
@@ -111,12 +111,13 @@ def answer(
     reasoning: int = 0,
     model: str = "m",
     cut: bool = False,
+    finish: FinishReason = FinishReason.STOP,
 ) -> RequestResult:
     """An answered result whose answer is `text`."""
     return RequestResult(
         outcome, 0, 10, 100, t_first_token_ns=20, t_first_content_ns=20, t_last_token_ns=30,
         output_tokens=output, reasoning_tokens=reasoning, text=text, text_cut=cut,
-        response_model=model,
+        response_model=model, finish_reason=finish,
     )  # fmt: skip
 
 
@@ -161,6 +162,17 @@ def test_reasoning_is_no_answer_token_and_a_cut_answer_is_not_judged() -> None:
     (cut,) = evaluate(checks_of(json=True), answer('{"a": 1}', cut=True))
     assert not cut.passed
     assert cut.detail.startswith("answer cut at its bound of 8 characters")
+
+
+def test_a_json_answer_the_server_stopped_at_max_tokens_says_so() -> None:
+    broken = '{\n\t \t "colour"\n\t \t:\n\t \t"g'
+    (stopped,) = evaluate(checks_of(json=True), answer(broken, finish=FinishReason.LENGTH))
+    assert stopped.detail == (
+        "not JSON: Unterminated string starting at at line 4 column 4; the server stopped"
+        " it at max_tokens (finish_reason length)"
+    )
+    (ended,) = evaluate(checks_of(json=True), answer(broken))
+    assert ended.detail == "not JSON: Unterminated string starting at at line 4 column 4"
 
 
 def test_checks_run_only_on_ok_results_and_a_failed_one_is_not_good() -> None:
