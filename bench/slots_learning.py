@@ -25,6 +25,7 @@ import argparse
 import random
 import statistics
 from collections.abc import Callable
+from typing import NamedTuple
 
 from prober.capacity import decode
 from prober.capacity.decode import DecodeModel, cluster_centre, one_more
@@ -33,18 +34,40 @@ BETA_MS = 6.0  # the simulator's decode slowdown: 0.3 × its 20 ms step
 ALPHA_MS = 20.0
 
 
+class Mix(NamedTuple):
+    """Shares of the pairs whose jump is 0 (one foreign request left), 2β (one joined), −β
+    (two left), β/2 (a change halfway through the gaps a jump is read from); β takes the rest
+    up to 0.85, and 0.15 land between clusters."""
+
+    left: float
+    joined: float
+    two_left: float = 0.0
+    half: float = 0.0
+
+
+# Balanced, more leaving, more joining (the 2026-12-03 shape), and what 64 jumps of the
+# simulator's test without the hint held on 2026-12-07 (7 near −β, 13 near 0, 10 near β/2,
+# 21 near β, 12 near 2β, 1 at 3β), scaled to leave 0.15 between clusters.
+MIXES = (Mix(0.25, 0.25), Mix(0.32, 0.18), Mix(0.18, 0.32), Mix(0.17, 0.16, 0.09, 0.13))
+
+
 def model_jumps(
-    rng: random.Random, n: int, p_left: float, p_joined: float, noise: float,
-    beta: float = BETA_MS,
-) -> list[float]:  # fmt: skip
+    rng: random.Random, n: int, mix: Mix, noise: float, beta: float = BETA_MS
+) -> list[float]:
+    """`n` jumps drawn from `mix`, each with the gaps' noise."""
+    p_left, p_joined, p_two_left, p_half = mix
     out = []
     for _ in range(n):
         u = rng.random()
         if u < p_left:
             jump = 0.0
-        elif u < p_left + p_joined:
+        elif (u := u - p_left) < p_joined:
             jump = 2 * beta
-        elif u < 0.85:
+        elif (u := u - p_joined) < p_two_left:
+            jump = -beta
+        elif (u := u - p_two_left) < p_half:
+            jump = beta / 2
+        elif u < 0.85 - p_left - p_joined - p_two_left:  # u is past left, joined, two left
             jump = beta
         else:  # between clusters
             jump = rng.uniform(-beta, 3 * beta)
@@ -52,18 +75,26 @@ def model_jumps(
     return out
 
 
+def _mix(mix: Mix) -> str:
+    return "/".join(f"{share:.2f}" for share in mix)
+
+
 def _median_seeded(jumps: list[float]) -> float | None:
     return cluster_centre(jumps, statistics.median(jumps))
 
 
+def _mean_seeded(jumps: list[float]) -> float | None:
+    return cluster_centre(jumps, statistics.fmean(jumps))
+
+
 def miss_rate(
     estimator: Callable[[list[float]], float | None], rng: random.Random, trials: int,
-    pairs: int, slots: int, p_left: float, p_joined: float, noise: float,
+    pairs: int, slots: int, mix: Mix, noise: float,
 ) -> float:  # fmt: skip
     span = BETA_MS * (slots - 1)  # gap_full − α
     misses = 0
     for _ in range(trials):
-        beta = estimator(model_jumps(rng, pairs, p_left, p_joined, noise))
+        beta = estimator(model_jumps(rng, pairs, mix, noise))
         misses += beta is None or round(1 + span / beta) != slots
     return misses / trials
 
@@ -80,15 +111,15 @@ def _with_full_batches(rng: random.Random, slots: int, noise: float, beta_ms: fl
 
 
 def guarded(
-    rng: random.Random, trials: int, pairs: int, slots: int, p_left: float, p_joined: float,
-    noise: float, beta_ms: float = BETA_MS,
+    rng: random.Random, trials: int, pairs: int, slots: int, mix: Mix, noise: float,
+    beta_ms: float = BETA_MS,
 ) -> tuple[float, float]:  # fmt: skip
     """(share wrong, share unknown) of `DecodeModel.learned_slots`, which reads the slots only
     where resamples of its data agree on them; full-batch gaps carry the same noise."""
     wrong = unknown = 0
     for _ in range(trials):
         model = _with_full_batches(rng, slots, noise, beta_ms)
-        for jump in model_jumps(rng, pairs, p_left, p_joined, noise, beta_ms):
+        for jump in model_jumps(rng, pairs, mix, noise, beta_ms):
             model.observe_pair(ALPHA_MS / 1000, (ALPHA_MS + jump) / 1000)
         learned = model.learned_slots()
         unknown += learned is None
@@ -97,7 +128,7 @@ def guarded(
 
 
 def stream(
-    rng: random.Random, trials: int, slots: int, p_left: float, p_joined: float, noise: float,
+    rng: random.Random, trials: int, slots: int, mix: Mix, noise: float,
     pairs: int = 120, keep: float | None = None,
 ) -> tuple[float, float, float]:  # fmt: skip
     """A daemon reading its slots after every pair from the fortieth to the `pairs`-th (full-
@@ -111,7 +142,7 @@ def stream(
         for _ in range(trials):
             model = _with_full_batches(rng, slots, noise, BETA_MS)
             held = None
-            for i, jump in enumerate(model_jumps(rng, pairs, p_left, p_joined, noise)):
+            for i, jump in enumerate(model_jumps(rng, pairs, mix, noise)):
                 model.observe_pair(ALPHA_MS / 1000, (ALPHA_MS + jump) / 1000)
                 if i + 1 < decode._MIN_SLOT_PAIRS:
                     continue
@@ -135,34 +166,36 @@ def main() -> None:
     rng = random.Random(args.seed)
     print(f"slots {args.slots}, β {BETA_MS} ms, {args.trials} learnings a row; share missed")
     print(
-        f"{'left/joined':>12} {'noise ms':>8} {'pairs':>5} {'median seed':>11} {'mean seed':>9}"
+        f"{'left/joined/two left/half':>23} {'noise ms':>8} {'pairs':>5} {'median seed':>11}"
+        f" {'mean seed':>9} {'one_more':>8}"
         f"  guarded: {'wrong':>5} {'unknown':>7}"
     )
     guard_trials = max(1, args.trials // 10)  # each learning resamples its data 64 times
-    for p_left, p_joined in ((0.25, 0.25), (0.32, 0.18), (0.18, 0.32)):
+    for mix in MIXES:
         for noise in (0.3, 1.0, 3.0):
             for pairs in (15, 40, 64):
-                shape = (pairs, args.slots, p_left, p_joined, noise)
-                rates = [
-                    miss_rate(est, rng, args.trials, *shape) for est in (_median_seeded, one_more)
-                ]
+                shape = (pairs, args.slots, mix, noise)
+                seeds = (_median_seeded, _mean_seeded, one_more)
+                rates = [miss_rate(est, rng, args.trials, *shape) for est in seeds]
                 wrong, unknown = guarded(rng, guard_trials, *shape)
                 print(
-                    f"{p_left:5.2f}/{p_joined:<6.2f} {noise:8.1f} {pairs:5d} "
-                    f"{rates[0]:11.3f} {rates[1]:9.3f}  {wrong:14.3f} {unknown:7.3f}"
+                    f"{_mix(mix):>23} {noise:8.1f} {pairs:5d} "
+                    f"{rates[0]:11.3f} {rates[1]:9.3f} {rates[2]:8.3f}  {wrong:14.3f}"
+                    f" {unknown:7.3f}"
                 )
     stream_trials = max(1, args.trials // 60)  # a learner reads its slots 81 times
     print(f"\nread after every pair from the 40th to the 120th, {stream_trials} learners a row")
-    head = ("left/joined", 12), ("noise ms", 8), ("keep", 5), ("wrong", 6), ("unknown", 7)
+    head: tuple[tuple[str, int], ...] = (("left/joined/two left/half", 23), ("noise ms", 8))
+    head += (("keep", 5), ("wrong", 6), ("unknown", 7))
     print(" ".join(f"{name:>{width}}" for name, width in head), f"{'drops':>6}")
-    for p_left, p_joined in ((0.25, 0.25), (0.32, 0.18), (0.18, 0.32)):
+    for mix in MIXES:
         for noise in (0.3, 1.0, 3.0):
             for keep in (decode._SLOTS_AGREEMENT, decode._SLOTS_KEEP):
                 wrong, unknown, drops = stream(
-                    rng, stream_trials, args.slots, p_left, p_joined, noise, keep=keep
+                    rng, stream_trials, args.slots, mix, noise, keep=keep
                 )
                 print(
-                    f"{p_left:5.2f}/{p_joined:<6.2f} {noise:8.1f} {keep:5.2f} "
+                    f"{_mix(mix):>23} {noise:8.1f} {keep:5.2f} "
                     f"{wrong:6.3f} {unknown:7.3f} {drops:6.2f}"
                 )
 

@@ -10,7 +10,8 @@ probes that decoded at full batch. The sequences beside a probe are `(gap − α
 where one more sequence lengthens the step by a fifth of α or more (`_MIN_SLOWDOWN`, judged by
 the jumps' median or their trimmed mean, `mean_jump`, whichever clears it; first said once
 the pairs are sure of it, `settled`). Slots,
-without the operator's hint, are learned once probes have decoded at full batch:
+without the operator's hint, are learned once probes have decoded at full batch, `MIN_FULL`
+of them in a row:
 `1 + (gap_full − α) / β`, β the centre of the pairs' cluster of one more sequence
 (`one_more`, `cluster_centre`, `slots_from`), from at least 40 pairs.
 
@@ -20,6 +21,7 @@ helpers; `probes.ProbesAloneEstimator` reads them.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import random
@@ -40,9 +42,15 @@ _MIN_PAIRS = 8
 # median: 18 and 3 slots learned for 4 in seven runs).
 _MIN_SLOT_PAIRS = 40
 _MIN_GAPS = 2  # per side of a pair, and per probe for a gap at all
-MIN_FULL = 3  # probes seen decoding at full batch before the slots are learned
+# Probes seen decoding at full batch before the slots are learned, one after another (no
+# probe that found a free slot between): a probe that waited for a slot while no queue
+# lasted decodes at full batch only until the next request leaves. Below saturation such
+# probes read 27 to 38 ms where a lasting queue's read 38 (the simulator's full batch): their
+# median, 34.7 ms, read 3 slots for 4 until a queue's own outnumbered them, 34 s into it.
+MIN_FULL = 3
 _MAX_SLOTS = 4096
 _CLUSTER_STEPS = 8  # `one_more`: it settles in two or three
+_HALF_CLUSTER = 2.0  # `one_more`: how much more of the jumps make β than β/2
 # `learned_slots`: resamples of the pairs and full-batch gaps, and the share of them that must
 # read the same slots. In the model of `bench/slots_learning.py` (the simulator's jumps, gaps
 # noisy by 0.3 to 1 ms against a β of 6 ms), 40 pairs read a wrong count 0.4 to
@@ -99,6 +107,10 @@ class DecodeModel:
     def __init__(self) -> None:
         self._gaps: deque[float] = deque(maxlen=256)
         self._full: deque[float] = deque(maxlen=32)
+        # The full-batch gaps of runs of at least `MIN_FULL` (the slots are read from these),
+        # and the current run's, until it is one.
+        self._queued: deque[float] = deque(maxlen=32)
+        self._run: list[float] = []
         self._jumps: deque[float] = deque(maxlen=64)
         self._seen = 0  # observations so far: the learned slots are read again once it moves
         self._slots: tuple[int, int | None] = (-1, None)  # (at `_seen`, the slots learned)
@@ -108,8 +120,16 @@ class DecodeModel:
     def observe(self, gap: float, *, full_batch: bool) -> None:
         self._gaps.append(gap)
         self._seen += 1
-        if full_batch:
-            self._full.append(gap)
+        if not full_batch:
+            self._run.clear()
+            return
+        self._full.append(gap)
+        if len(self._run) < MIN_FULL:
+            self._run.append(gap)
+            if len(self._run) == MIN_FULL:
+                self._queued.extend(self._run)
+        else:
+            self._queued.append(gap)
 
     def observe_pair(self, before: float, after: float) -> None:
         """A probe's gap before and after its companion joined: one more sequence."""
@@ -211,9 +231,9 @@ class DecodeModel:
         return self._slots[1]
 
     def _agreed_slots(self, held: int | None) -> int | None:
-        if len(self._jumps) < _MIN_SLOT_PAIRS or len(self._full) < MIN_FULL:
+        if len(self._jumps) < _MIN_SLOT_PAIRS or len(self._queued) < MIN_FULL:
             return None
-        alpha, jumps, full = self.alpha, list(self._jumps), list(self._full)
+        alpha, jumps, full = self.alpha, list(self._jumps), list(self._queued)
         if alpha is None or (read := slots_from(jumps, full, alpha)) is None:
             return None
         rng = random.Random(self._seen)  # the same data, the same answer
@@ -280,16 +300,42 @@ def one_more(jumps: Iterable[float]) -> float | None:
     """β from the jumps of pairs: the centre of the cluster of one more sequence.
 
     The jumps cluster at 0 (a foreign request left while the companion joined), β and 2β
-    (one joined too), each cluster spread by the noise of the gaps, with a few between (a
-    change in the middle of the gaps a jump is read from). Foreign requests leave about as
-    often as they join, so the jumps' mean lands near β; their median is in whichever
-    cluster holds the middle pair, by chance the 0 or the 2β one (`_MIN_SLOT_PAIRS`).
-    Inside β's cluster the slots read from β still move with where β lands (on the
-    simulator, β 6 ms, jumps of 3.4 to 6.9 ms in its cluster read 5 and 6 slots for 4), so
-    from the mean on, until it stays, β is the median of the jumps within half of it
-    either way (the 0 and 2β clusters fall outside). None when the mean is not positive."""
+    (one joined too), some at −β (two left), each spread by the noise of the gaps, and some
+    between, about β/2 (a change in the middle of the gaps a jump is read from). Foreign
+    requests leave about as often as they join, so the jumps' mean lands near β; their median
+    is in whichever cluster holds the middle pair, by chance the 0 or the 2β one
+    (`_MIN_SLOT_PAIRS`). Inside β's cluster the slots read from β still move with where β
+    lands (on the simulator, β 6 ms, jumps of 3.4 to 6.9 ms in its cluster read 5 and 6 slots
+    for 4), so from the mean on, until it stays, the centre is the median of the jumps within
+    half of it either way (`cluster_centre`). A mean low by chance (a few more left than
+    joined) settles there in the β/2 cluster instead: on the simulator's 64 jumps (a sixth of
+    them near β/2, a third near β), in one resample in six to two in five (2.7 ms for 6.1:
+    slots 8 for 4), so the resamples that guard the slots (`DecodeModel.learned_slots`)
+    agreed on 4 in 0.57 to 0.87 of them, about their bar, for tens of seconds. So the
+    cluster at twice the centre is read too, and taken where it holds more than
+    `_HALF_CLUSTER` times the centre's jumps (each within a quarter of its own centre): β
+    holds 1.6 to 3 times β/2's, 2β under β's (0.2 to 0.3 of the pairs against 0.33 to 0.4).
+    On those jumps the resamples then read β within the band of 4 slots in 0.83 to 0.99 of
+    them. In `bench/slots_learning.py`'s model of that mixture (40 to 64 pairs, gaps' noise
+    0.3 to 1 ms) the learnings that miss go from 27-35 % to 11-28 %; in its earlier three
+    (no β/2 cluster, no −β) from 0.1-6.3 % to 0-8.8 %; guarded, 0 to 2 % read wrong.
+    None when the mean is not positive."""
     values = list(jumps)
-    return cluster_centre(values, statistics.fmean(values)) if values else None
+    if not values:
+        return None
+    first = cluster_centre(values, statistics.fmean(values))
+    if first is None:
+        return None
+    double, ordered = cluster_centre(values, 2 * first), sorted(values)
+    if double is not None and _members(ordered, double) > _HALF_CLUSTER * _members(ordered, first):
+        return double
+    return first
+
+
+def _members(ordered: Sequence[float], centre: float) -> int:
+    """How many of the sorted `ordered` lie within a quarter of `centre` of it."""
+    low = bisect.bisect_left(ordered, 0.75 * centre)
+    return bisect.bisect_right(ordered, 1.25 * centre) - low
 
 
 def cluster_centre(values: Sequence[float], seed: float) -> float | None:

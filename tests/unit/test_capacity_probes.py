@@ -12,7 +12,9 @@ from prober.capacity.decode import (
     _MIN_PAIRS,
     _MIN_SLOT_PAIRS,
     DecodeModel,
+    cluster_centre,
     median_gap,
+    one_more,
     slots_from,
 )
 from prober.capacity.inflight import ProbesInFlight
@@ -416,6 +418,7 @@ def test_no_figure_without_slots_or_data() -> None:
     assert figure.waiting is None
     est.decode = learned_model(full_batch=4)
     est.decode._full.clear()  # β from the pairs, but no probe at full batch: slots unknown
+    est.decode._queued.clear()
     figure = est.estimate(0.05)
     assert (figure.basis, figure.waiting, figure.running) == (Basis.NONE, None, None)
     est.decode = learned_model(full_batch=4)
@@ -580,6 +583,44 @@ def test_slots_are_read_from_the_centre_of_one_more_sequences_jumps() -> None:
     assert model.beta(None) == pytest.approx(plain)  # the running figure keeps the median
 
 
+def test_slots_are_read_from_a_queue_not_from_a_probe_that_waited_once() -> None:
+    """Probes that each waited for a slot while no queue lasted decoded at a shrinking batch:
+    their gaps never teach the slots. Three in a row, a queue's, do."""
+    model = DecodeModel()
+    model.observe(gap(1), full_batch=False)
+    for others in range(_MIN_SLOT_PAIRS):
+        model.observe_pair(gap(1 + others % 3), gap(2 + others % 3))
+    for _ in range(4):  # each alone: one waited, the next found a free slot
+        model.observe(gap(3), full_batch=True)
+        model.observe(gap(2), full_batch=False)
+    assert model.gap_full == pytest.approx(gap(3))  # still a full batch's gap elsewhere
+    assert model.learned_slots() is None
+    model.observe(gap(4), full_batch=True)
+    model.observe(gap(4), full_batch=True)
+    assert model.learned_slots() is None  # two in a row
+    model.observe(gap(4), full_batch=True)
+    assert model.learned_slots() == 4  # three: the queue's gaps alone
+
+
+def test_beta_is_not_the_cluster_at_half_of_it() -> None:
+    """The simulator's jumps (ms, 64 pairs, 2026-12-07): clusters at −β, 0, β/2, β (6.1) and
+    2β. Resamples whose mean fell low found the β/2 cluster (2.7 ms: 8 slots for 4) in one of
+    six; the cluster at twice it, holding more than twice its jumps, is β."""
+    jumps = [
+        -9.0, -8.1, -6.6, -6.4, -6.2, -6.2, -6.0, -0.5, -0.5, -0.3, -0.3, -0.3, 0.1, 0.1, 0.2,
+        0.2, 0.4, 0.5, 0.5, 0.6, 1.2, 1.8, 2.0, 2.5, 2.6, 2.7, 2.8, 2.8, 3.0, 3.1, 4.1, 4.6,
+        5.2, 5.6, 5.8, 5.8, 6.0, 6.0, 6.1, 6.1, 6.1, 6.1, 6.2, 6.2, 6.4, 6.4, 6.5, 6.5, 6.5,
+        6.5, 6.9, 11.3, 11.5, 11.6, 11.7, 11.7, 11.8, 11.9, 11.9, 12.0, 12.4, 12.9, 14.0, 17.7,
+    ]  # fmt: skip
+    rng = random.Random(2)
+    resamples = [rng.choices(jumps, k=len(jumps)) for _ in range(200)]
+    from_mean = [cluster_centre(r, statistics.fmean(r)) for r in resamples]
+    assert sum(c is not None and c < 4.0 for c in from_mean) >= 20  # the β/2 cluster
+    betas = [one_more(r) for r in resamples]
+    assert sum(b is not None and 5.14 <= b <= 7.2 for b in betas) >= 0.8 * 200  # 4 slots
+    assert one_more([0.0] * 10 + [6.0] * 14 + [12.0] * 13) == pytest.approx(6.0)  # not 2β
+
+
 def test_slots_are_found_from_the_jumps_mean_where_their_median_is_near_zero() -> None:
     """Half the pairs disturbed by a foreign request leaving (jump 0), fewer by one joining
     (2β): the median falls between 0 and β (7 slots for 4), the mean in β's cluster."""
@@ -592,8 +633,11 @@ def test_slots_are_found_from_the_jumps_mean_where_their_median_is_near_zero() -
         model.observe_pair(gap(1), gap(1) + jump)
     assert round(1 + (gap(4) - ALPHA) / statistics.median(jumps)) == 7
     assert slots_from(jumps, [gap(4)], ALPHA) == 4
-    # ... but so few of β's own that resamples of them read 7 now and then: not learned.
-    assert model.learned_slots() is None
+    # Resamples with fewer of β's own put the mean between clusters, where the search finds
+    # none (7 slots); the cluster at twice that seed, β's, holds more: learned.
+    assert cluster_centre(jumps, 0.6 * BETA) == pytest.approx(0.6 * BETA)
+    assert one_more([0.0] * 25 + [BETA] * 10 + [2 * BETA] * 9) == pytest.approx(BETA)
+    assert model.learned_slots() == 4
 
 
 def test_slots_are_learned_only_where_resamples_of_the_pairs_agree() -> None:
@@ -635,8 +679,8 @@ def test_a_count_once_agreed_is_kept_while_most_resamples_still_read_it() -> Non
             m.observe_pair(gap(1), gap(1) + jump)
         return m
 
-    assert model(clean_first=False, beta=BETA, seed=0).learned_slots() is None  # under 52
-    assert model(clean_first=True, beta=BETA, seed=0).learned_slots() == 4  # the same data
+    assert model(clean_first=False, beta=BETA, seed=5).learned_slots() is None  # under 52
+    assert model(clean_first=True, beta=BETA, seed=5).learned_slots() == 4  # the same data
     moved = model(clean_first=True, beta=(gap(4) - ALPHA) / 4, seed=4)  # the data read 5
     assert moved.learned_slots() is None  # 4 no longer read, 5 not agreed
     assert moved._agreed_slots(held=5) == 5  # (agreed by 0.65: kept, had it been held)
