@@ -3,11 +3,13 @@
 A pair's jump is β·(1 + Δf): one more sequence (the companion), plus the foreign requests
 that joined (Δf > 0) or left (Δf < 0) while its gaps were read; some land between clusters
 (a change in the middle of the gaps a jump is read from), and each carries the gaps' noise.
-The mixture below is the one the simulator's foreign-traffic test shows at half load
-(2026-12-03: of 16 pairs a run, about a quarter near 0, a third near β, a quarter near 2β,
-the rest between). Each learning reads `1 + (gap_full − α) / β` with β from `one_more`
-(seeded at the jumps' mean) and, for comparison, from the same cluster search seeded at their
-median (the estimator before 2026-12-03). Prints the share of learnings that miss the slots,
+The mixtures (`MIXES`) are what the simulator's foreign-traffic test showed at half load:
+balanced and skewed both ways (2026-12-03: of 16 pairs a run, about a quarter near 0, a third
+near β, a quarter near 2β, the rest between), and its 64 jumps of 2026-12-07 with clusters at
+−β and β/2 too. Each learning reads `1 + (gap_full − α) / β` with β from the cluster search
+seeded at the jumps' median (the estimator before 2026-12-03), at their mean (before
+2026-12-07), and from `one_more` (the mean's, or the cluster at twice it where that holds
+more than twice the jumps). Prints the share of learnings that miss the slots,
 and, for the learner as the estimate runs it (`DecodeModel.learned_slots`, which reports a
 count only where 64 resamples of its pairs and full-batch gaps agree on it), the share wrong
 and the share unknown; the noise of 3 ms, half of β, is an engine whose step barely grows

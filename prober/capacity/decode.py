@@ -326,10 +326,11 @@ def one_more(jumps: Iterable[float]) -> float | None:
     first = cluster_centre(values, statistics.fmean(values))
     if first is None:
         return None
-    double, ordered = cluster_centre(values, 2 * first), sorted(values)
-    if double is not None and _members(ordered, double) > _HALF_CLUSTER * _members(ordered, first):
-        return double
-    return first
+    double = cluster_centre(values, 2 * first)
+    if double is None:
+        return first
+    ordered = sorted(values)
+    return double if _members(ordered, double) > _HALF_CLUSTER * _members(ordered, first) else first
 
 
 def _members(ordered: Sequence[float], centre: float) -> int:
