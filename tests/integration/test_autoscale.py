@@ -5,11 +5,11 @@ the shipped rules (bench/autoscaling, docs/autoscaling.md).
 
 The trace is the full run's first 12 real minutes (baseline, ramp, the start of the step).
 It asserts the shape the full run measured, never a time: GPU utilisation, which reads near
-100 % whenever anything decodes, takes the fleet to maxReplicaCount while the load is at most
-2 replicas' capacity and holds more replicas than the shipped policy. The issue expected
-the utilisation policy to lose goodput on the spike; measured, it does not (it never leaves
-the maximum): it loses on cost, which is what this asserts (docs/autoscaling.md,
-"Measured in a closed loop").
+100 % whenever anything decodes, scales the fleet to three times what the load needs while
+the load is at most 2 replicas' capacity, and holds more replicas than the shipped policy.
+The issue expected the utilisation policy to lose goodput on the spike; measured, it does
+not (it never leaves the maximum): it loses on cost, which is what this asserts
+(docs/autoscaling.md, "Measured in a closed loop").
 
 Needs the Prometheus binaries (scripts/setup-prometheus.sh); about 4 minutes on 2 cores.
 """
@@ -55,13 +55,19 @@ def test_gpu_utilisation_cannot_tell_one_stream_from_sixteen(
     rows: dict[str, dict[str, Any]],
 ) -> None:
     """Before the step the load never exceeds 2 replicas' capacity; utilisation near 100 %
-    drives the fleet to maxReplicaCount anyway, and keeps more replicas than the shipped
-    policy. (The shipped policy's ramp goodput is reported, not asserted: 100 % and 98 % in
-    the full runs, 94.5–95 % and 83 % in short ones on this shared machine.)"""
+    scales the fleet to at least three times that during the ramp (and to maxReplicaCount in
+    the step), and keeps more replicas than the shipped policy there on average.
+
+    Not its peak against the shipped policy's: utilisation's ramp peak is the same 7 run
+    after run (it reads 100 % throughout, so the scale-up policy alone sets the pace), while
+    the shipped policy's is one sync's count that moved from 4 to 6 between runs
+    (2026-12-06 to 12-07), so their difference, 1 in four runs in a row, sat at a bound of 1
+    with nothing to spare. The mean over the ramp is the claim's robust form: 4.92 replicas
+    against 3.0 to 3.3. (The shipped policy's ramp goodput is reported, not asserted: 100 %
+    and 98 % in the full runs, 83 to 95 % in short ones on this shared machine.)"""
     gpu, shipped = rows["gpu-util"], rows["shipped"]
     assert gpu["peak_replicas"] == 8
     ramp_peak = gpu["peak_replicas_by_phase"]["ramp"]
-    more = ramp_peak - shipped["peak_replicas_by_phase"]["ramp"]
-    assert holds("ramp peak: gpu-util - shipped", more, at_least=1), (gpu, shipped)
+    assert holds("ramp peak: gpu-util", ramp_peak, at_least=3 * 2), (gpu, shipped)
     ratio = gpu["mean_replicas_by_phase"]["ramp"] / shipped["mean_replicas_by_phase"]["ramp"]
     assert holds("ramp mean replicas: gpu-util / shipped", ratio, at_least=1.3), (gpu, shipped)
