@@ -27,6 +27,8 @@ from tests.support.deploy import missing_tool, prometheus_bin_dir
 from tests.support.margins import holds
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(900)]
+# The utilisation policy's mean replicas through the ramp over the shipped policy's, at least.
+RAMP_COST = 1.2
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +60,20 @@ def test_gpu_utilisation_cannot_tell_one_stream_from_sixteen(
     scales the fleet to at least three times that during the ramp (and to maxReplicaCount in
     the step), and keeps more replicas than the shipped policy there on average.
 
-    Not its peak against the shipped policy's: utilisation's ramp peak is the same 7 run
-    after run (it reads 100 % throughout, so the scale-up policy alone sets the pace), while
+    Not its peak against the shipped policy's: utilisation's ramp peak was 7 in five runs of
+    five (it reads 100 % throughout, so the scale-up policy all but sets the pace), while
     the shipped policy's is one sync's count that moved from 4 to 6 between runs
     (2026-12-06 to 12-07), so their difference, 1 in four runs in a row, sat at a bound of 1
-    with nothing to spare. The mean over the ramp is the claim's robust form: 4.92 replicas
-    against 3.0 to 3.3. (The shipped policy's ramp goodput is reported, not asserted: 100 %
-    and 98 % in the full runs, 83 to 95 % in short ones on this shared machine.)"""
+    with nothing to spare. The mean over the ramp is the claim's robust form, and its ratio
+    moves too: 1.43 to 1.66 in five runs (mean 1.54, sd 0.087; utilisation 4.71 to 5.04
+    replicas, the shipped policy 3.04 to 3.29), so the bound of 1.3 stood 2.8 sd below it;
+    `RAMP_COST` is 3.9 sd below, and still says utilisation pays a fifth more replicas
+    through the ramp. (The shipped policy's ramp goodput is reported, not asserted: 100 %
+    and 98 % in the full runs, 80 to 95 % in short ones on this shared machine.)"""
     gpu, shipped = rows["gpu-util"], rows["shipped"]
     assert gpu["peak_replicas"] == 8
     ramp_peak = gpu["peak_replicas_by_phase"]["ramp"]
     assert holds("ramp peak: gpu-util", ramp_peak, at_least=3 * 2), (gpu, shipped)
     ratio = gpu["mean_replicas_by_phase"]["ramp"] / shipped["mean_replicas_by_phase"]["ramp"]
-    assert holds("ramp mean replicas: gpu-util / shipped", ratio, at_least=1.3), (gpu, shipped)
+    more = holds("ramp mean replicas: gpu-util / shipped", ratio, at_least=RAMP_COST)
+    assert more, (gpu, shipped)
