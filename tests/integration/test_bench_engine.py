@@ -21,6 +21,7 @@ from prober.bench.verdicts import fell, rose, throughput_ratio
 from prober.bench.watch import CPU_BUSY_SHARE
 from tests.support.bench_report import Docs, bench, clean, fig, row
 from tests.support.engine import llama_server_fixture
+from tests.support.margins import holds
 
 pytestmark = pytest.mark.engine
 
@@ -31,18 +32,31 @@ four_slots = llama_server_fixture(4, threads=2)
 
 
 def test_ttft_linear_in_prompt_length_tpot_flat(one_slot: str, tmp_path: Path) -> None:
-    lens = (32, 192, 512)
-    # Five requests a length, not three: with three, a full suite here once read TPOT 17.4 /
-    # 18.0 / 27.1 ms (1.56x), the shared machine's noise over so few; a rerun 16.5 / 16.7 / 18.2.
-    docs = clean(lambda: [bench(one_slot, tmp_path, "--concurrency", "1", "--num-requests", "5",
-                                "--warmup", "1", "--input-len", str(n), "--output-len", "8")
+    # Requests a length: enough that each length's level lasts some seconds (a short prompt's
+    # request takes about 0.35 s, a 512-token one 2.7 s), so that its fastest request meets
+    # the machine at its own pace (below).
+    requests = {32: 15, 192: 8, 512: 5}
+    lens = tuple(requests)
+    docs = clean(lambda: [bench(one_slot, tmp_path, "--concurrency", "1",
+                                "--num-requests", str(requests[n]), "--warmup", "1",
+                                "--input-len", str(n), "--output-len", "8")
                           for n in lens])  # fmt: skip
     levels = [d["levels"][0] for d in docs]
     ttft = [fig(lvl, "ttft_seconds", "p50") for lvl in levels]
-    tpot = [fig(lvl, "tpot_seconds", "p50") for lvl in levels]
+    # The decode pace of each length's fastest request: this machine's own pace moves between
+    # regimes (17, 23, 26, 30, 35 ms a token) for a second or two at a time, whatever the
+    # prompt, one request switching from 17 to 26 ms halfway (quiet runs, 2026-12-07). The
+    # median of five a length landed in whichever regime held most of them: 1.56x and 1.59x
+    # in two runs of five (22.8 / 18.3 / 28.4 ms, 30.3 / 21.4 / 19.1), where the fastest
+    # read 1.30x and 1.11x (22.7 / 17.4 / 18.6, 19.3 / 17.4 / 18.5), 1.03 to 1.31x over the
+    # five. The noise only adds time, so the fastest is the engine's pace. The 1.30x and 1.31x
+    # were whole levels in a slow regime (2 s of short prompts, 5 s of 192-token ones), hence
+    # more requests there; then, three runs: 1.15 to 1.21x (17.1-17.4 / 18.1-19.0 / 19.7-20.8
+    # ms: the longer context does cost the decode a little).
+    tpot = [fig(lvl, "tpot_seconds", "min") for lvl in levels]
     prompts = [fig(lvl, "prompt_tokens_mean") for lvl in levels]
     slopes = [(ttft[i] - ttft[i - 1]) / (prompts[i] - prompts[i - 1]) for i in (1, 2)]
-    print("\nllama-server -np 1, c=1: prompt tokens -> TTFT p50 / TPOT p50")
+    print("\nllama-server -np 1, c=1: prompt tokens -> TTFT p50 / fastest request's TPOT")
     for n, t, p in zip(prompts, ttft, tpot, strict=True):
         print(f"  {n:6.0f} tok  TTFT {t:.3f}s  TPOT {p * 1000:.1f} ms")
     print(f"  prefill slopes {[f'{1 / s:.0f} tok/s' for s in slopes]}")
@@ -52,8 +66,8 @@ def test_ttft_linear_in_prompt_length_tpot_flat(one_slot: str, tmp_path: Path) -
     # (on a quiet machine within 15 %).
     assert 0.5 < slopes[1] / slopes[0] < 2.0
     assert ttft[2] > 5 * ttft[0]
-    # Decode barely notices the prompt: TPOT p50 within 1.5x across a 15x longer prompt.
-    assert max(tpot) / min(tpot) < 1.5
+    # Decode barely notices the prompt: TPOT within 1.5x across a 15x longer prompt.
+    assert holds("TPOT, slowest prompt length's over fastest's", max(tpot) / min(tpot), at_most=1.5)
 
 
 CLOSED = ("--num-requests", "8", "--input-len", "32", "--output-len", "24", "--warmup", "1")
