@@ -44,7 +44,7 @@ TRACKS = 0.25
 # Its rise from the first step to the last before the break may fall short of the engine's
 # own by as much: each step is one 8-s read of a noisy figure, and the last before the break is
 # the one nearest the knee, where the batch moves most. Over seven runs (five on a quiet
-# machine, 2026-12-07, one before them, CI's at 9643e5a) the error at 0.3x moved by 0.013
+# machine, 2026-12-07, one before them, CI's at e89f302) the error at 0.3x moved by 0.013
 # (sd), at 0.8x by 0.077: the running figure there off by -0.46 to +0.28 requests, read from
 # some 30 probe gaps of a batch that moves between 1 and 4. The shortfall read -0.08 to 0.104
 # (mean 0.02, sd 0.073); two of the seven went past the 0.1 of before, a bound within that
