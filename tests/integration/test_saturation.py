@@ -107,19 +107,19 @@ async def test_saturation_follows_the_engines_before_ttft_p95_breaks_the_slo() -
                 async with foreign_load(base, level, seconds=12):
                     await asyncio.sleep(4)
                     before = _probe_ttft_buckets(await scrape(url))
-                    sats, truths, ours, theirs = [], [], [], []
+                    sats, ours, theirs = [], [], []
                     end = time.monotonic() + 8
                     while time.monotonic() < end:
                         samples = await scrape(url)
                         sat = sample(samples, "llmprober_saturation", source="estimate")
                         if sat is not None:
                             sats.append(sat)
-                            truths.append(windowed(truth, time.monotonic()))
                             ours.append(_estimated_parts(samples))
                             theirs.append(_engine_parts(truth, time.monotonic()))
                         await asyncio.sleep(0.5)
                     after = _probe_ttft_buckets(samples)
-                steps.append((factor, mean(sats), mean(truths), p95(before, after)))
+                engine = mean([(running + waiting) / SLOTS for running, waiting in theirs])
+                steps.append((factor, mean(sats), engine, p95(before, after)))
                 parts.append(_parts_line(factor, ours, theirs))
             sampler.cancel()
     report = "\n".join(
@@ -149,14 +149,10 @@ async def _sample_truth(
         await asyncio.sleep(0.25)
 
 
-def windowed(truth: list[tuple[float, float, float]], now: float) -> float:
-    """The engine's saturation over the estimate's windows ending `now`: busy slots (every
-    slot while requests wait) and waiting requests, each over its figure's window, ÷ slots."""
-    return sum(_engine_parts(truth, now)) / SLOTS
-
-
 def _engine_parts(truth: list[tuple[float, float, float]], now: float) -> tuple[float, float]:
-    """The engine's (running, waiting), each over its figure's window ending `now`."""
+    """The engine's (running, waiting), each over its figure's window ending `now`: its
+    saturation over the estimate's windows is their sum ÷ slots (busy slots, every slot while
+    requests wait, and waiting requests)."""
     running = mean([r for at, _, r in truth if at >= now - RUNNING_WINDOW_SECONDS])
     waiting = mean([w for at, w, _ in truth if at >= now - WAITING_WINDOW_SECONDS])
     return running, waiting
@@ -177,12 +173,16 @@ def _parts_line(
 ) -> str:
     """A step's mean running and waiting, the estimate's beside the engine's: where a miss
     came from."""
-    run, wait = (mean([x[i] for x in ours]) for i in (0, 1))
-    engine_run, engine_wait = (mean([x[i] for x in theirs]) for i in (0, 1))
+    (run, wait), (engine_run, engine_wait) = _means(ours), _means(theirs)
     return (
         f"x{factor:<4} running {run:5.2f} ({engine_run:5.2f})  "
         f"waiting {wait:5.2f} ({engine_wait:5.2f})"
     )
+
+
+def _means(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The mean of each member of `pairs`."""
+    return mean([a for a, _ in pairs]), mean([b for _, b in pairs])
 
 
 async def test_skipped_probe_runs_are_counted() -> None:
