@@ -26,12 +26,13 @@ probes of the last 5 s (at least the last four) `L ≈ μ·W̄ − q`, W̄ the m
 slot's counted 0 and q the share that found every slot busy (`μ·W − 1` where all did); or,
 where longer, what a probe still without its first token has already waited, so a queue
 shows before the probe that is stuck in it comes back.
-Running: every slot while a queue exists (a queue of less than one request for its share of
-the window, where its length is known); otherwise the other sequences the recent probes
-decoded beside, `(gap − α) / β`, less the prober's own companion where it decoded too, made
-only where one more sequence lengthens the step by a fifth of α or more (`decode._MIN_SLOWDOWN`,
-judged by the pairs' median or mean jump, whichever clears it: `DecodeModel._pair_beta`).
-The prober's own probes in flight are counted exactly on top, time-averaged like the rest.
+Running: every slot while a queue lasts the whole window; otherwise what the probes of the
+last 10 s met as they came, `q·slots + (1 − q)·b`: q the share of them that found every slot
+busy, b the other sequences the rest decoded beside, `(gap − α) / β`, less the prober's own
+companion where it decoded too, made only where one more sequence lengthens the step by a
+fifth of α or more (`decode._MIN_SLOWDOWN`, judged by the pairs' median or mean jump,
+whichever clears it: `DecodeModel._pair_beta`). The prober's own probes in flight are counted
+exactly in b, time-averaged like the rest.
 Slots: the operator's hint, else learned once probes have decoded at full batch:
 `1 + (gap_full − α) / β`, with β from at least 40 pairs.
 
@@ -215,12 +216,10 @@ class ProbesAloneEstimator:
             return ProbesAloneEstimate(None, None, wait, None, Basis.NONE, drain, told, queue)
         # Every slot is busy while a queue lasts. Where the decode slowdown cannot tell the
         # batch, or has not been read yet (a daemon started into a queue), running is known
-        # only while a queue lasts throughout.
-        share = _queue_share(waiting, queue, [*waits, *live], free)
-        if share >= 1:
+        # only while a queue lasts throughout. A queue that lasted part of the window is in
+        # the running figure already: its share of the probes met it (`_running`).
+        if _queue_throughout(waiting, queue, [*waits, *live], free):
             running = float(slots)
-        elif share > 0 and running is not None:
-            running += (slots - running) * share
         # Otherwise a running figure missing for want of data (pairs that have not yet said
         # whether the slowdown can be read, no recent decode) leaves the estimate without a
         # basis; one that the pairs say the decode slowdown cannot give (a jump under a fifth
@@ -270,19 +269,44 @@ class ProbesAloneEstimator:
     def _running(
         self, recent: list[ProbeSample], slots: int | None, own_holding: float
     ) -> float | None:
-        """Sequences beside the recent probes (less our companion), plus our probes now."""
-        stretches = (
-            stretch
-            for s in recent
-            for stretch in (s.stretches or (((s.gap, 0),) if s.gap is not None else ()))
-        )
-        beside = ((self.decode.others(gap, None), companions) for gap, companions in stretches)
-        top = float("inf") if slots is None else slots - 1.0
-        others = [min(max(0.0, o - ours), top) for o, ours in beside if o is not None]
-        if not others:
+        """The time-averaged batch, from what the recent probes met as they came: a probe
+        that found every slot busy (its share `q` of the probes: the share of the time every
+        slot was busy, probes being sent independently of the traffic) says `slots`; the
+        others say the sequences they decoded beside (less our companion), plus our probes
+        now: `q·slots + (1 − q)·(beside + ours)`.
+
+        Blending the batch the stretches read with the waiting figure instead (every slot for
+        `min(waiting, 1)` of the window) counted the probes that met a queue twice, their
+        full-batch stretches and the queue's share, and carried the waiting figure's error
+        into the running one, (slots − running) times over: at half the capacity on the
+        simulator without the hint, a waiting figure 0.36 high put the running one 0.86 high
+        (MAE 0.90, bound 1; docs/flakiness.md). Without slots, the mean of every stretch."""
+        readable = [
+            (s.queued, others) for s in recent if (others := self._beside(s, slots)) is not None
+        ]
+        if not readable:
             return None
-        running = statistics.fmean(others) + own_holding
-        return running if slots is None else min(running, float(slots))
+        if slots is None:
+            mean = statistics.fmean(o for _, values in readable for o in values)
+            return mean + own_holding
+        free = [o for queued, values in readable if not queued for o in values]
+        met = sum(queued for queued, _ in readable) / len(readable)
+        if not free:
+            return float(slots)
+        batch = min(statistics.fmean(free) + own_holding, float(slots))
+        return met * slots + (1 - met) * batch
+
+    def _beside(self, sample: ProbeSample, slots: int | None) -> list[float] | None:
+        """Foreign sequences beside `sample` in each stretch of its decode (less our own
+        companion, at most `slots` − 1); None where none can be read."""
+        stretches = sample.stretches or (((sample.gap, 0),) if sample.gap is not None else ())
+        top = float("inf") if slots is None else slots - 1.0
+        values = [
+            min(max(0.0, others - ours), top)
+            for gap, ours in stretches
+            if (others := self.decode.others(gap, None)) is not None
+        ]
+        return values or None
 
 
 def _waiting(
@@ -303,16 +327,14 @@ def _waiting(
     return max(0.0, window, *stuck)
 
 
-def _queue_share(waiting: float | None, queue: bool, waits: list[float], free: float) -> float:
-    """The part of the window a queue lasted, every slot busy: a queue of less than one
-    request was there for part of it only. Its length unknown (no traffic shape, or no drain
-    rate yet), the share of the recent probes, those still without a token included, that
-    found one (waited longer than a `free` slot's wait), a figure that needs no shape."""
+def _queue_throughout(waiting: float | None, queue: bool, waits: list[float], free: float) -> bool:
+    """Whether a queue lasted the whole window, every slot busy throughout: a waiting
+    figure of a request or more, or, its length unknown (no traffic shape, or no drain rate
+    yet), every recent probe, those still without a token included, found one (waited
+    longer than a `free` slot's wait), a figure that needs no shape."""
     if waiting is not None:
-        return min(waiting, 1.0)
-    if not queue:
-        return 0.0
-    return sum(w > free for w in waits) / len(waits)
+        return waiting >= 1
+    return queue and all(w > free for w in waits)
 
 
 def _recent_service(

@@ -180,6 +180,27 @@ def test_a_passing_queue_counts_only_the_probes_that_met_it() -> None:
     assert figure.waiting == pytest.approx(0.5)
 
 
+def test_the_running_figure_is_what_the_probes_met_not_the_waiting_figure() -> None:
+    """Two of the five probes of the last 10 s found every slot busy (the share of the time
+    every slot was), three decoded beside one other: 0.4 · 4 + 0.6 · 1, whatever the drain
+    rate the waiting figure rests on. Blended by the waiting figure instead, a shape read
+    twice the true one moved the running figure with it."""
+    figures = []
+    for traffic in (LIKE_PROBES, Traffic(Shape(80, 31), Drain.TRAFFIC)):
+        clock = Clock()
+        est = _estimator(clock, traffic=traffic)
+        est.decode = learned_model()
+        est.observe(_queued(clock, wait=2.0))
+        clock.now += 6.0
+        est.observe(_queued(clock, wait=0.6))
+        for _ in range(3):
+            clock.now += 1.0
+            est.observe(ProbeSample(clock.now, 0.01, 0.05, 0.5, gap(2), False))
+        figures.append(est.estimate(prefill_guess=0.05))
+    assert figures[0].waiting != pytest.approx(figures[1].waiting)
+    assert [f.running for f in figures] == pytest.approx([0.4 * 4 + 0.6 * 1] * 2)
+
+
 def test_traffic_of_another_shape_scales_the_service_time() -> None:
     clock = Clock()
     twice = Traffic(Shape(80, 31), Drain.TRAFFIC)  # twice the prompt, twice the decode
@@ -220,11 +241,11 @@ def test_without_a_shape_the_depth_is_withheld_and_the_shape_free_figures_stay()
     assert figure.running == pytest.approx(2.0)
     assert figure.wait_seconds == 0.0
     # One probe of four found a queue: every slot busy for a quarter of the window, a share
-    # of the probes that needs no shape (the decode slowdown: 1, 2, 3 and 3 others).
+    # of the probes that needs no shape; the other three decoded beside 1, 2 and 3 others.
     est.observe(_queued(clock, wait=2.0))
     figure = est.estimate(0.05)
     assert (figure.waiting, figure.queue) == (None, True)
-    assert figure.running == pytest.approx(2.25 + (4 - 2.25) * 0.25)
+    assert figure.running == pytest.approx(0.25 * 4 + 0.75 * 2.0)
     clock.now += 6.0
     for _ in range(4):  # a queue throughout (the last four): every slot busy, its length unknown
         est.observe(_queued(clock, wait=2.0))
