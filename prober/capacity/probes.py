@@ -208,7 +208,6 @@ class ProbesAloneEstimator:
         waiting: float | None = None
         if traffic.shape is not None:
             waiting = _waiting(waits, live, free, drain) if queue else 0.0
-        running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         told = traffic.basis
         if slots is None:
             # No slots, no figure: a running count from the decode slowdown alone read 5.9
@@ -218,8 +217,9 @@ class ProbesAloneEstimator:
         # batch, or has not been read yet (a daemon started into a queue), running is known
         # only while a queue lasts throughout. A queue that lasted part of the window is in
         # the running figure already: its share of the probes met it (`_running`).
-        if _queue_throughout(waiting, queue, [*waits, *live], free):
-            running = float(slots)
+        running: float | None = float(slots)
+        if not _queue_throughout(waiting, queue, [*waits, *live], free):
+            running = self._running(self._recent(now, _RUNNING_SECONDS), slots, own_holding)
         # Otherwise a running figure missing for want of data (pairs that have not yet said
         # whether the slowdown can be read, no recent decode) leaves the estimate without a
         # basis; one that the pairs say the decode slowdown cannot give (a jump under a fifth
@@ -266,9 +266,7 @@ class ProbesAloneEstimator:
         services = [self._traffic_service(prefill, decode, shape) for prefill, decode in recent]
         return statistics.median(services) if services else 0.0
 
-    def _running(
-        self, recent: list[ProbeSample], slots: int | None, own_holding: float
-    ) -> float | None:
+    def _running(self, recent: list[ProbeSample], slots: int, own_holding: float) -> float | None:
         """The time-averaged batch, from what the recent probes met as they came: a probe
         that found every slot busy (its share `q` of the probes: the share of the time every
         slot was busy, probes being sent independently of the traffic) says `slots`; the
@@ -280,16 +278,12 @@ class ProbesAloneEstimator:
         full-batch stretches and the queue's share, and carried the waiting figure's error
         into the running one, (slots − running) times over: at half the capacity on the
         simulator without the hint, a waiting figure 0.36 high (0.64 for 0.28) made about
-        0.6 of a running figure 0.86 high (MAE 0.90, bound 1; docs/flakiness.md). Without
-        slots, the mean of every stretch."""
+        0.6 of a running figure 0.86 high (MAE 0.90, bound 1; docs/flakiness.md)."""
         readable = [
             (s.queued, others) for s in recent if (others := self._beside(s, slots)) is not None
         ]
         if not readable:
             return None
-        if slots is None:
-            mean = statistics.fmean(o for _, values in readable for o in values)
-            return mean + own_holding
         free = [o for queued, values in readable if not queued for o in values]
         met = sum(queued for queued, _ in readable) / len(readable)
         if not free:
@@ -297,13 +291,12 @@ class ProbesAloneEstimator:
         batch = min(statistics.fmean(free) + own_holding, float(slots))
         return met * slots + (1 - met) * batch
 
-    def _beside(self, sample: ProbeSample, slots: int | None) -> list[float] | None:
+    def _beside(self, sample: ProbeSample, slots: int) -> list[float] | None:
         """Foreign sequences beside `sample` in each stretch of its decode (less our own
         companion, at most `slots` − 1); None where none can be read."""
         stretches = sample.stretches or (((sample.gap, 0),) if sample.gap is not None else ())
-        top = float("inf") if slots is None else slots - 1.0
         values = [
-            min(max(0.0, others - ours), top)
+            min(max(0.0, others - ours), slots - 1.0)
             for gap, ours in stretches
             if (others := self.decode.others(gap, None)) is not None
         ]
