@@ -25,17 +25,21 @@ import argparse
 import asyncio
 import bisect
 import contextlib
+import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from prober.capacity import probes  # noqa: E402
+from prober.capacity.probes import ProbeSample  # noqa: E402
 from tests.support import probes_alone_accuracy as fa  # noqa: E402
 
 SLOTS = 4
@@ -47,71 +51,86 @@ PROBE = {
     "prompt_tokens": 48, "max_tokens": 32, "traffic": {"prompt_tokens": 40, "output_tokens": 16},
     "timeouts": {"first_token_seconds": 120, "total_seconds": 300},
 }  # fmt: skip
+FORMULAS = ("q·slots + (1 − q)·b", "blend by min(waiting, 1)")
+BETAS = ("pairs' median", "true")
 
-# (monotonic s, own holding, α, the pairs' median jump, [(found every slot busy, stretches)])
-Read = tuple[float, float, float, float | None, list[tuple[bool, list[tuple[float, int]]]]]
+
+@dataclass(frozen=True)
+class Read:
+    """One scrape's estimate: what `_running` read (None where a queue lasted the whole
+    window: every slot, whatever the formula) and the waiting figure."""
+
+    at: float  # monotonic s
+    waiting: float | None
+    running: float | None  # exported
+    recent: list[ProbeSample] | None
+    own: float
+    alpha: float
+    median: float | None  # the pairs' median jump
 
 
 @contextlib.contextmanager
-def recording(reads: list[Read], figures: list[tuple[float, float | None]]) -> Iterator[None]:
-    """Keep what the estimator read at each scrape (`reads`) and its waiting figure."""
-    running, estimate = probes.ProbesAloneEstimator._running, probes.ProbesAloneEstimator.estimate
+def recording(reads: list[Read]) -> Iterator[None]:
+    """Keep what the estimator read at each scrape."""
+    cls = probes.ProbesAloneEstimator
+    running, estimate = cls._running, cls.estimate
+    seen: list[tuple[list[ProbeSample], float, float, float | None]] = []
 
-    def kept_running(self: Any, recent: Any, slots: Any, own_holding: float) -> Any:
-        decode = self.decode
-        jumps = list(decode._jumps)
+    def kept_running(self: Any, recent: Any, slots: int, own_holding: float) -> Any:
+        jumps = list(self.decode._jumps)
         median = statistics.median(jumps) if jumps else None
-        seen = [(s.queued, list(s.stretches or ([(s.gap, 0)] if s.gap else []))) for s in recent]
-        reads.append((time.monotonic(), own_holding, decode.alpha or 0.0, median, seen))
+        seen.append((list(recent), own_holding, self.decode.alpha or 0.0, median))
         return running(self, recent, slots, own_holding)
 
     def kept_estimate(self: Any, prefill_guess: float) -> Any:
+        seen.clear()
         figure = estimate(self, prefill_guess)
-        figures.append((time.monotonic(), figure.waiting))
+        recent, own, alpha, median = seen[-1] if seen else (None, 0.0, 0.0, None)
+        reads.append(Read(time.monotonic(), figure.waiting, figure.running, recent, own, alpha,
+                          median))  # fmt: skip
         return figure
 
-    probes.ProbesAloneEstimator._running = kept_running  # type: ignore[method-assign]
-    probes.ProbesAloneEstimator.estimate = kept_estimate  # type: ignore[method-assign]
+    cls._running = kept_running  # type: ignore[method-assign]
+    cls.estimate = kept_estimate  # type: ignore[method-assign]
     try:
         yield
     finally:
-        probes.ProbesAloneEstimator._running = running  # type: ignore[method-assign]
-        probes.ProbesAloneEstimator.estimate = estimate  # type: ignore[method-assign]
+        cls._running = running  # type: ignore[method-assign]
+        cls.estimate = estimate  # type: ignore[method-assign]
 
 
-def beside(read: Read, beta: float, keep: Callable[[bool], bool]) -> list[float]:
-    """Foreign sequences beside each kept stretch, as `ProbesAloneEstimator._beside` reads."""
-    _, _, alpha, _, seen = read
-    return [
-        min(max(0.0, (gap - alpha) / beta - ours), SLOTS - 1.0)
-        for queued, stretches in seen
-        if keep(queued)
-        for gap, ours in stretches
-    ]
+def estimator_with(read: Read, beta: float) -> Any:
+    """A stand-in for the estimator whose decode model reads `(gap − α) / β` others, so the
+    shipped `_running` and `_beside` figure the read again with `beta`."""
+    stub = SimpleNamespace(
+        decode=SimpleNamespace(others=lambda gap, _slots: max(0.0, (gap - read.alpha) / beta))
+    )
+    stub._beside = functools.partial(probes.ProbesAloneEstimator._beside, stub)  # type: ignore[arg-type]
+    return stub
 
 
-def met_formula(read: Read, beta: float) -> float | None:
-    seen = [queued for queued, stretches in read[4] if stretches]
-    free = beside(read, beta, lambda queued: not queued)
-    if not seen:
-        return None
-    q = sum(seen) / len(seen)
-    batch = min(statistics.fmean(free) + read[1], SLOTS) if free else SLOTS
-    return q * SLOTS + (1 - q) * batch
+def shipped(read: Read, beta: float) -> float | None:
+    """`q·slots + (1 − q)·b`: the estimator's own `_running`."""
+    assert read.recent is not None
+    return probes.ProbesAloneEstimator._running(estimator_with(read, beta), read.recent, SLOTS,
+                                                read.own)  # fmt: skip
 
 
-def old_blend(read: Read, beta: float, waiting: float | None) -> float | None:
-    every = beside(read, beta, lambda queued: True)
+def old_blend(read: Read, beta: float) -> float | None:
+    """The formula it replaced: every stretch's batch, moved toward every slot by
+    `min(waiting, 1)`."""
+    assert read.recent is not None
+    stub = estimator_with(read, beta)
+    every = [v for s in read.recent for v in stub._beside(s, SLOTS) or ()]
     if not every:
         return None
-    batch = min(statistics.fmean(every) + read[1], SLOTS)
-    share = min(waiting or 0.0, 1.0)
+    batch = min(statistics.fmean(every) + read.own, SLOTS)
+    share = min(read.waiting or 0.0, 1.0)
     return SLOTS if share >= 1 else batch + (SLOTS - batch) * share
 
 
 async def one_run(seconds: float) -> dict[str, tuple[float, float]]:
     reads: list[Read] = []
-    figures: list[tuple[float, float | None]] = []
     truths: list[tuple[float, float]] = []  # (monotonic s, the engine's running, trailing 5 s)
     sample = fa._sample
 
@@ -121,28 +140,35 @@ async def one_run(seconds: float) -> dict[str, tuple[float, float]]:
 
     fa._sample = kept_sample
     try:
-        with recording(reads, figures), fa.sim_process(*ENGINE) as base:
+        with recording(reads), fa.sim_process(*ENGINE) as base:
             capacity = await fa.measure_capacity(base, 2 * SLOTS, 12)
             level = fa.Level("poisson0.5", "poisson", rate=0.5 * capacity)
             await fa.run_levels(base, [level], PROBE, settle=10, seconds=seconds, learn=20,
                                 learn_grace=30)  # fmt: skip
     finally:
         fa._sample = sample
-    when, waits = [r[0] for r in reads], [f[0] for f in figures]
+    when = [r.at for r in reads]
     variants: dict[str, list[tuple[float, float]]] = {}
     for t, true in truths:
-        i, j = bisect.bisect_right(when, t) - 1, bisect.bisect_right(waits, t) - 1
-        median = reads[i][3] if i >= 0 else None
-        if j < 0 or median is None or median <= 0:
+        i = bisect.bisect_right(when, t) - 1
+        if i < 0:
             continue
-        read, waiting = reads[i], figures[j][1]
-        for beta_name, beta in (("pairs' median", median), ("true", TRUE_BETA)):
-            for name, figure in (
-                ("q·slots + (1 − q)·b", met_formula(read, beta)),
-                ("blend by min(waiting, 1)", old_blend(read, beta, waiting)),
-            ):
+        read = reads[i]
+        if read.recent is None:  # a queue throughout: every slot, both formulas
+            if read.running is not None:
+                for formula in FORMULAS:
+                    for beta_name in BETAS:
+                        variants.setdefault(f"{formula}, β {beta_name}", []).append(
+                            (true, read.running)
+                        )
+            continue
+        if read.median is None or read.median <= 0:
+            continue
+        for beta_name, beta in zip(BETAS, (read.median, TRUE_BETA), strict=True):
+            figures = (shipped(read, beta), old_blend(read, beta))
+            for formula, figure in zip(FORMULAS, figures, strict=True):
                 if figure is not None:
-                    variants.setdefault(f"{name}, β {beta_name}", []).append((true, figure))
+                    variants.setdefault(f"{formula}, β {beta_name}", []).append((true, figure))
     return {name: bias_and_mae(pairs) for name, pairs in variants.items()}
 
 
