@@ -77,6 +77,9 @@ class Score:
     # Seconds from the level's start to the first scrape with a basis other than "none"
     # (scrapes run through the settling time too); None if it never had one.
     known_after: float | None = None
+    # Seconds from the level's start to the daemon's word on the decode slowdown (whether the
+    # batch can be read from the gaps): 0 where it came before the level, None if never.
+    word_after: float | None = None
 
     def known_only(self) -> Score:
         """This level scored on the samples whose estimate had a basis (a figure was made)."""
@@ -289,6 +292,7 @@ async def run_levels(
     base: str, levels: list[Level], target: Mapping[str, Any], *, settle: float, seconds: float,
     load_args: tuple[str, ...] = (), sample_every: float = 0.5, truth_seconds: float = 5.0,
     learn: float = 0.0, learn_at: tuple[int, ...] = (0,), learn_grace: float = 0.0,
+    until_word: bool = False,
 ) -> list[Score]:  # fmt: skip
     """One daemon probing `base` (no metrics_url, no load of its own) through every level of
     the foreign load in turn (`queue_accuracy.run_own_load_levels` steps the daemon's own load).
@@ -300,13 +304,21 @@ async def run_levels(
     took is each level's `known_after`. `learn_grace`: up to this many seconds more, the
     levels `learn_at` wait until the estimate has a basis before they are scored: on a slower
     engine the pairs take longer (llama-server on an AVX2-only CPU at 1.9 requests/s: no basis
-    for half the Poisson level after 35 s, a running MAE of 1.22)."""
+    for half the Poisson level after 35 s, a running MAE of 1.22). `until_word`: they wait
+    instead until the daemon has said whether the decode slowdown can be read at all (its
+    `decode_slowdown_*` line, `word_after`): before that word a figure comes and goes with
+    the pairs' running judgement, and the first one that comes says little."""
     config = {
         "server": {"listen": "127.0.0.1:0", "grace_seconds": 0.5},
         "targets": [{"name": "engine", "url": f"{base}/v1", "model": "m", **target}],
     }
     scores = []
-    async with daemon(config) as (url, _), aiohttp.ClientSession() as session, _decode_lines():
+    words: list[float] = []  # when the daemon said its word on the slowdown
+    async with (
+        daemon(config) as (url, _),
+        aiohttp.ClientSession() as session,
+        _decode_lines(words),
+    ):
         for i, level in enumerate(levels):
             level_settle = settle if level.settle is None else level.settle
             level_seconds = seconds if level.seconds is None else level.seconds
@@ -334,7 +346,10 @@ async def run_levels(
                     samples = await _answer(scrape(url), "daemon")
                     if score.known_after is None and _known(samples):
                         score.known_after = elapsed
-                    settled = score.known_after is not None or elapsed >= wait_first + grace
+                    if score.word_after is None and words:
+                        score.word_after = max(0.0, words[0] - started)
+                    ready = score.word_after if until_word else score.known_after
+                    settled = ready is not None or elapsed >= wait_first + grace
                     if scored_from is None and elapsed >= wait_first and settled:
                         scored_from = elapsed
                     if scored_from is not None:
@@ -351,16 +366,34 @@ async def run_levels(
 
 
 @asynccontextmanager
-async def _decode_lines() -> AsyncIterator[None]:
+async def _decode_lines(words: list[float]) -> AsyncIterator[None]:
     """The daemon's `decode_slowdown_*` lines (info) in the test's output: what the pairs read
-    where the running figure below saturation is made, or not."""
+    where the running figure below saturation is made, or not; when each came (monotonic
+    seconds) appended to `words`."""
     capacity = logging.getLogger("prober.capacity")
     was = capacity.level
     capacity.setLevel(logging.INFO)
+    handler = _WordHandler(words)
+    capacity.addHandler(handler)
     try:
         yield
     finally:
+        capacity.removeHandler(handler)
         capacity.setLevel(was)
+
+
+class _WordHandler(logging.Handler):
+    """Notes when a `decode_slowdown_readable` or `_unreadable` line is logged (structlog
+    hands stdlib logging its event as a dict)."""
+
+    def __init__(self, words: list[float]) -> None:
+        super().__init__(logging.INFO)
+        self.words = words
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = record.msg.get("event") if isinstance(record.msg, dict) else None
+        if isinstance(event, str) and event.startswith("decode_slowdown_"):
+            self.words.append(time.monotonic())
 
 
 # How long one sample's `/metrics` read may take: an engine or daemon that does not answer
