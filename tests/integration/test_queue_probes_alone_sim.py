@@ -22,6 +22,7 @@ from tests.support.probes_alone_accuracy import (
     check,
     evidence,
     measure_capacity,
+    paced,
     run_levels,
     sim_process,
     table,
@@ -47,9 +48,14 @@ async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None
         pairs = None if hint else 130.0
         levels = [
             Level("poisson0.5", "poisson", rate=0.5 * capacity, settle=pairs),
-            Level("closed2x", "closed", workers=2 * SLOTS),
-            Level("closed5x", "closed", workers=5 * SLOTS),
-        ]
+            # Settled three probe cycles: the waits' window (the last four probes at least)
+            # holds the level before's until then (`paced`).
+            *(
+                paced(Level(f"closed{k}x", "closed", workers=k * SLOTS), capacity, SLOTS, 10, 20,
+                      cycles=3)
+                for k in (2, 5)
+            ),
+        ]  # fmt: skip
         target = PROBE | ({"slots": hint} if hint else {})
         learn_at = (0,) if hint else (0, 1)  # the pairs (below saturation), the slots (a queue)
         # With the hint, the half-load level is scored once the pairs have said whether the

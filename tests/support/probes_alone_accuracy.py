@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +38,8 @@ from tests.support.net import free_port
 # The engine's own names for its queue (llama-server; the simulator speaks vLLM's).
 _WAITING = ("llamacpp:requests_deferred", "vllm:num_requests_waiting")
 _RUNNING = ("llamacpp:requests_processing", "vllm:num_requests_running")
+# Requests the engine finished (vLLM's and the simulator's; llama-server counts none).
+_DEPARTED = ("vllm:request_success_total",)
 T = TypeVar("T")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,6 +83,11 @@ class Score:
     # Seconds from the level's start to the daemon's word on the decode slowdown (whether the
     # batch can be read from the gaps): 0 where it came before the level, None if never.
     word_after: float | None = None
+    # The daemon's drain rate (`llmprober_queue_drain_rate`) per sample, and the engine's count
+    # of finished requests with its time: the departures the queue truly drained at, where a
+    # queue lasts the whole level (every slot busy); the probes' own departures are in both.
+    drain_estimates: list[float] = field(default_factory=list)
+    departed: list[tuple[float, float]] = field(default_factory=list)
 
     def known_only(self) -> Score:
         """This level scored on the samples whose estimate had a basis (a figure was made)."""
@@ -121,6 +129,18 @@ class Score:
         return sum(abs(p[2] - p[3]) for p in kept) / len(kept) if kept else 0.0
 
     @property
+    def drain_estimated(self) -> float:
+        return statistics.fmean(self.drain_estimates) if self.drain_estimates else math.nan
+
+    @property
+    def drain_true(self) -> float:
+        """Departures per second over the scored samples, from the engine's own count."""
+        if len(self.departed) < 2:
+            return math.nan
+        (t0, n0), (t1, n1) = self.departed[0], self.departed[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else math.nan
+
+    @property
     def estimated_running(self) -> float:
         kept = self._with_running
         return sum(p[3] for p in kept) / len(kept) if kept else math.nan
@@ -134,8 +154,8 @@ class Score:
             f"{self.waiting_mae:6.2f} {self.true_running:8.2f} {self.estimated_running:8.2f} "
             f"{self.running_mae:6.2f} {self.running_share:4.0%} {len(self.pairs):4d} "
             f"{self.completed_per_second:6.2f} "
-            f"{self.failed:4d} {self.lag:5.1f}  {basis}  slots {slots}"
-            + (f"  failures {self.reasons}" if self.reasons else "")
+            f"{self.failed:4d} {self.lag:5.1f} {self.drain_estimated:5.2f} {self.drain_true:5.2f}"
+            f"  {basis}  slots {slots}" + (f"  failures {self.reasons}" if self.reasons else "")
         )
 
 
@@ -143,7 +163,7 @@ def table(scores: list[Score], note: str = "") -> str:
     head = (
         f"{'level':>10} {'wait tru':>8} {'wait est':>8} {'MAE':>6} {'run tru':>8} "
         f"{'run est':>8} {'MAE':>6} {'had':>4} {'n':>4} {'done/s':>6} {'fail':>4} {'lag':>5}"
-        "  basis"
+        f" {'μ est':>5} {'μ tru':>5}  basis"
     )
     return "\n".join([note, head, *(s.row() for s in scores)])
 
@@ -153,15 +173,21 @@ def evidence(scores: list[Score]) -> str:
     return "\n".join(f"{s.level.name}: {s.machine}" for s in scores if s.machine)
 
 
-def engine_counts(text: str) -> tuple[float, float]:
-    """(waiting, running) from an engine's /metrics text, by the engine's own names, summed
-    over the series of each (an engine per `engine` label, as vLLM's data-parallel ranks)."""
+def _sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Each of `names` in an engine's /metrics text, summed over its series (an engine per
+    `engine` label, as vLLM's data-parallel ranks; a finish reason per series)."""
     found: dict[str, float] = {}
     for line in text.splitlines():
         series, _, rest = line.rpartition("} ") if "{" in line else line.partition(" ")
         name = series.split("{", 1)[0]
-        if name in _WAITING or name in _RUNNING:
+        if name in names:
             found[name] = found.get(name, 0.0) + float(rest.split()[0])
+    return found
+
+
+def engine_counts(text: str) -> tuple[float, float]:
+    """(waiting, running) from an engine's /metrics text, by the engine's own names."""
+    found = _sums(text, _WAITING + _RUNNING)
     waiting = next((found[n] for n in _WAITING if n in found), None)
     running = next((found[n] for n in _RUNNING if n in found), None)
     if waiting is None or running is None:
@@ -171,8 +197,18 @@ def engine_counts(text: str) -> tuple[float, float]:
 
 async def engine_truth(session: aiohttp.ClientSession, base: str) -> tuple[float, float]:
     """(waiting, running) as the engine at `base` reports them now."""
+    waiting, running, _ = await engine_reading(session, base)
+    return waiting, running
+
+
+async def engine_reading(
+    session: aiohttp.ClientSession, base: str
+) -> tuple[float, float, float | None]:
+    """(waiting, running, requests finished so far, None where the engine counts none)."""
     async with session.get(f"{base}/metrics") as resp:
-        return engine_counts(await resp.text())
+        text = await resp.text()
+    departed = next(iter(_sums(text, _DEPARTED).values()), None)
+    return *engine_counts(text), departed
 
 
 @contextmanager
@@ -338,7 +374,8 @@ async def run_levels(
                 elapsed = 0.0
                 while scored_from is None or elapsed < scored_from + level_seconds:
                     elapsed = time.monotonic() - started
-                    waiting, running = await _answer(engine_truth(session, base), "engine")
+                    reading = await _answer(engine_reading(session, base), "engine")
+                    waiting, running, departed = reading
                     now = time.monotonic()
                     truth.append((now, waiting, running))
                     while truth[0][0] < now - truth_seconds:
@@ -354,6 +391,8 @@ async def run_levels(
                         scored_from = elapsed
                     if scored_from is not None:
                         _sample(score, truth, samples)
+                        if departed is not None:
+                            score.departed.append((now, departed))
                     await asyncio.sleep(sample_every)
             score.completed_per_second = float(report[0]["rate"]) if report else 0.0
             score.failed = int(report[0]["failed"]) if report else 0
@@ -423,7 +462,9 @@ def probes_like_traffic(slots: int, answer_tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def paced(level: Level, capacity: float, slots: int, settle: float, seconds: float) -> Level:
+def paced(
+    level: Level, capacity: float, slots: int, settle: float, seconds: float, cycles: float = 2.0
+) -> Level:
     """`level` with its settling and scoring times long enough for the same number of probe
     cycles on an engine of any speed (at least `settle` and `seconds`).
 
@@ -439,11 +480,19 @@ def paced(level: Level, capacity: float, slots: int, settle: float, seconds: flo
     (a third too short with pairs), vLLM's first quarter-minute scored at twice the slots
     read 0.5 to 0.9 requests high (2026-12-03).
 
+    `cycles`: how many it settles for. The waits' window holds the last four probes at
+    least, so after a step to a deep queue it holds the level before's until four probes of
+    the new one are back: with a companion on half the probes, about 1.5 a cycle, after the
+    cycle in flight at the step. On the simulator at five times the slots (a cycle of about
+    8 s) a level settled 10 s was scored while the window still held the level before's
+    waits: the figure read 14.0 to 16.7 for 16.8 to 17.1, low in every one of 23 such levels;
+    settled three cycles, 18.0 and 18.3 for 17.0 (2026-12-07, docs/flakiness.md).
+
     At most `PACED_MAX_CYCLE_SECONDS` a cycle is allowed for: a capacity misread far low (a
     stalled moment of the machine) must not stretch a level past the test's timeout."""
     service = slots / capacity
     cycle = min((2 * level.workers / slots + 1.4) * service, PACED_MAX_CYCLE_SECONDS)
-    return replace(level, settle=max(settle, 2 * cycle), seconds=max(seconds, 2 * cycle))
+    return replace(level, settle=max(settle, cycles * cycle), seconds=max(seconds, 2 * cycle))
 
 
 PACED_MAX_CYCLE_SECONDS = 30.0  # 60 s to settle and 60 s scored, a level at the most
@@ -476,6 +525,8 @@ def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any
     if not _exported(samples, state="running"):
         est["running"] = math.nan  # no figure made: scored apart (`running_share`)
     score.pairs.append((true_waiting, est["waiting"], true_running, est["running"]))
+    if any(name == "llmprober_queue_drain_rate" for name, _ in samples):
+        score.drain_estimates.append(value(samples, "llmprober_queue_drain_rate"))
     score.known.append(_known(samples))
     for (name, labels), v in samples.items():
         if name == "llmprober_queue_estimate_basis" and v == 1:

@@ -1,20 +1,27 @@
 """The engine tests' evidence helpers: the foreign load's failure pause and reasons, the loop
-lag and the machine snapshot (tests/support/machine.py, tests/support/foreign_load.py)."""
+lag and the machine snapshot (tests/support/machine.py, tests/support/foreign_load.py), and
+the probes-alone harness's engine reading and word on the slowdown
+(tests/support/probes_alone_accuracy.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from tests.support.machine import LoopLag, snapshot
 from tests.support.net import closed_port
+from tests.support.probes_alone_accuracy import _WordHandler, engine_reading, engine_truth
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,3 +78,43 @@ def test_a_refused_load_pauses_between_failures_and_says_why() -> None:
     assert report["ok"] == 0
     assert 8 <= report["failed"] <= 8 * (2 / 0.5 + 1)
     assert report["reasons"] == {"ClientConnectorError": report["failed"]}
+
+
+VLLM_METRICS = """\
+# HELP vllm:num_requests_waiting Number of requests waiting.
+vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 2.0
+vllm:num_requests_running{engine="0",model_name="m"} 4.0
+vllm:num_requests_running{engine="1",model_name="m"} 4.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 10.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 5.0
+vllm:request_success_created{engine="0",finished_reason="stop",model_name="m"} 1.7e9
+"""
+
+
+async def test_the_engine_reading_sums_every_series_and_counts_departures() -> None:
+    bodies = [VLLM_METRICS, "llamacpp:requests_deferred 1\nllamacpp:requests_processing 4\n"]
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=bodies[0])
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+        base = str(server.make_url("")).rstrip("/")
+        assert await engine_reading(session, base) == (5.0, 8.0, 15.0)
+        assert await engine_truth(session, base) == (5.0, 8.0)
+        bodies.pop(0)  # llama-server counts no finished requests
+        assert await engine_reading(session, base) == (1.0, 4.0, None)
+
+
+def test_the_word_on_the_slowdown_is_noted_when_logged() -> None:
+    words: list[float] = []
+    handler = _WordHandler(words)
+    record = logging.LogRecord("prober.capacity", logging.INFO, __file__, 1, {}, None, None)
+    for event in ("probe_ok", "decode_slowdown_readable", "decode_slowdown_unreadable"):
+        record.msg = {"event": event, "pairs": 8}
+        handler.emit(record)
+    record.msg = "decode_slowdown_readable, but as text"  # not structlog's: not the word
+    handler.emit(record)
+    assert len(words) == 2
