@@ -61,11 +61,11 @@ async def test_probes_alone_track_the_simulators_queue(hint: int | None) -> None
         # With the hint, the half-load level is scored once the pairs have said whether the
         # batch can be read from the gaps: on the simulator (a slowdown of 0.3 α against the
         # 0.2 α threshold, jumps spread by 0.31 α) 8 to 32 pairs, a pair every 3 s or so:
-        # 20 s to about 100 s into the level (seen: 20, 27, 38, 46 s, and not yet at 52 s
-        # twice). Before it the figure came and went with the pairs' running judgement, and a
-        # level scored from the first figure had one in 22 % to 100 % of its samples
-        # (docs/flakiness.md). Without the hint the 130 s of pairs cover it, and the first
-        # queue waits up to 30 s more for the slots.
+        # 18 to 76 s into the level in ten runs, and up to about 100 s. Before it the figure
+        # came and went with the pairs' running judgement, and a level scored from the first
+        # figure had one in 22 % to 100 % of its samples (docs/flakiness.md). Without the
+        # hint the 130 s of pairs cover it, and the first queue waits up to 30 s more for the
+        # slots.
         scores = await run_levels(
             base, levels, target, settle=10, seconds=20, learn=20, learn_at=learn_at,
             learn_grace=90 if hint else 30, until_word=hint is not None,
