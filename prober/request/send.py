@@ -46,7 +46,7 @@ from prober.request.exchange import ExchangeMeter, bounded
 from prober.request.sse import DEFAULT_MAX_LINE_BYTES, LineSplitter, SSEParser
 from prober.request.stream import StreamState, answer_chars, max_events, max_lines
 from prober.request.timeouts import DEFAULT_TIMEOUTS, Timeouts
-from prober.request.wire import SendStamp, arrival_clock, request_session
+from prober.request.wire import SendStamp, carried_by, request_session
 from prober.result import ConnectionFacts, Outcome, RequestResult
 
 _ERROR_BODY_BYTES = 2048
@@ -224,7 +224,7 @@ class _Exchange:
         """On a new TLS connection, when its socket connected (the handshake followed)."""
         if self.sent.reused or not self.spec.base_url.startswith("https://"):
             return
-        protocol = arrival_clock(resp)
+        protocol = carried_by(resp)
         if protocol is not None and self.t_start_ns <= protocol.tcp_ns <= protocol.made_ns:
             self.tcp_ns = protocol.tcp_ns
 

@@ -315,6 +315,16 @@ def arrival_clock(resp: aiohttp.ClientResponse) -> ArrivalStampingHandler | None
     return protocol if isinstance(protocol, ArrivalStampingHandler) else None
 
 
+def carried_by(resp: aiohttp.ClientResponse) -> ArrivalStampingHandler | None:
+    """The protocol of the connection `resp` came on, even once that connection went back to
+    the pool: a body complete with its headers (a short answer read in one go) releases it
+    before the response is handed over, and `resp.connection` is None by then. Through a
+    proxy's CONNECT tunnel that lost the TLS phase of 3 probes in 200 (2026-12-07). aiohttp
+    keeps the protocol in `_protocol` from `start` on (the versions pyproject.toml pins)."""
+    protocol = getattr(resp, "_protocol", None)
+    return protocol if isinstance(protocol, ArrivalStampingHandler) else arrival_clock(resp)
+
+
 def request_session(
     connector: aiohttp.BaseConnector, headers: Mapping[str, str] | None = None
 ) -> aiohttp.ClientSession:

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from prober import timings
 from prober.logs import setup_logging
@@ -82,6 +83,36 @@ async def test_tls_handshake_is_a_phase_of_a_fresh_connection(tmp_path: Path) ->
     assert names(first) == ["connect", "tls", "request_written", "first_byte", "first_token"]
     assert dict(timings.phases(first))["tls"] > 0
     assert "tls" not in names(second)
+
+
+async def test_tls_is_a_phase_of_an_answer_that_came_whole_with_its_headers(
+    tmp_path: Path,
+) -> None:
+    """A short answer read in one go with its headers releases the connection before the
+    response is handed over; the handshake is still its connection's (through a proxy's
+    tunnel it was lost in 3 probes of 200)."""
+    cert, key = self_signed_cert(tmp_path)
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+    whole = (f"data: {json.dumps(chunk)}\n\n" * 4 + "data: [DONE]\n\n").encode()
+
+    async def answer(_: web.Request) -> web.Response:
+        return web.Response(body=whole, content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server).start()
+    port = runner.addresses[0][1]
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        first, _ = await two(f"https://127.0.0.1:{port}/v1", ssl=context)
+    finally:
+        await runner.cleanup()
+    assert names(first)[:3] == ["connect", "tls", "request_written"]
+    assert dict(timings.phases(first))["tls"] > 0
 
 
 async def test_simulator_stamps_are_found_by_the_prober_request_id() -> None:
