@@ -22,7 +22,7 @@ from prober.request import Api, RequestSpec, Timeouts, stream_request
 from prober.result import Outcome, RequestResult
 from prober.web import INFLIGHT, client_session
 from tests.support.daemon import daemon, simulator
-from tests.support.servers import tls_simulator
+from tests.support.servers import serve_tls, tls_simulator
 from tests.support.tls import self_signed_cert
 
 pytestmark = pytest.mark.timeout(120)
@@ -100,17 +100,9 @@ async def test_tls_is_a_phase_of_an_answer_that_came_whole_with_its_headers(
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", answer)
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(cert, key)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server).start()
-    port = runner.addresses[0][1]
-    try:
+    async with serve_tls(app, cert, key) as root:
         context = ssl.create_default_context(cafile=str(cert))
-        first, _ = await two(f"https://127.0.0.1:{port}/v1", ssl=context)
-    finally:
-        await runner.cleanup()
+        first, _ = await two(f"{root}/v1", ssl=context)
     assert names(first)[:3] == ["connect", "tls", "request_written"]
     assert dict(timings.phases(first))["tls"] > 0
 

@@ -525,10 +525,10 @@ def _sample(score: Score, truth: deque[tuple[float, float, float]], samples: Any
     if not _exported(samples, state="running"):
         est["running"] = math.nan  # no figure made: scored apart (`running_share`)
     score.pairs.append((true_waiting, est["waiting"], true_running, est["running"]))
-    if any(name == "llmprober_queue_drain_rate" for name, _ in samples):
-        score.drain_estimates.append(value(samples, "llmprober_queue_drain_rate"))
     score.known.append(_known(samples))
     for (name, labels), v in samples.items():
+        if name == "llmprober_queue_drain_rate":  # one target: one series, where exported
+            score.drain_estimates.append(v)
         if name == "llmprober_queue_estimate_basis" and v == 1:
             score.bases[dict(labels)["basis"]] += 1
         if name == "llmprober_queue_drain_basis" and v == 1:

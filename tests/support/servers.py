@@ -1,6 +1,6 @@
-"""Small local servers on 127.0.0.1: any aiohttp app, one handler on every endpoint, the
-simulator behind TLS, a server whose HTTP is unparsable, and raw asyncio servers that write
-each byte themselves (`raw_server`, `read_request`).
+"""Small local servers on 127.0.0.1: any aiohttp app (plain or behind TLS), one handler on
+every endpoint, the simulator behind TLS, a server whose HTTP is unparsable, and raw asyncio
+servers that write each byte themselves (`raw_server`, `read_request`).
 
 Each is an async context manager that yields the server's URL and tears it down on exit.
 """
@@ -58,17 +58,24 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def tls_simulator(cert: Path, key: str | Path) -> AsyncIterator[str]:
-    """The simulator (`SIM`) behind TLS with a self-signed certificate; yields its https base."""
+async def serve_tls(app: web.Application, cert: Path, key: str | Path) -> AsyncIterator[str]:
+    """Serve `app` behind TLS with a self-signed certificate; yield its https root."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    runner = web.AppRunner(build_sim(SimConfig(**SIM)), access_log=None, shutdown_timeout=0.5)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
     try:
         yield f"https://127.0.0.1:{bound_port(runner)}"
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def tls_simulator(cert: Path, key: str | Path) -> AsyncIterator[str]:
+    """The simulator (`SIM`) behind TLS with a self-signed certificate; yields its https base."""
+    async with serve_tls(build_sim(SimConfig(**SIM)), cert, key) as base:
+        yield base
 
 
 @asynccontextmanager
