@@ -5,7 +5,8 @@ serves Poisson traffic at half its capacity from another process; the daemon pro
 the slots hinted, as `tests/integration/test_queue_probes_alone_sim.py` does. At every scrape
 the bench keeps what the estimator read (each recent probe's stretches, whether it found every
 slot busy, the pairs' jumps, the waiting figure) beside the engine's own running count
-averaged over the trailing 5 s, and figures the running count again from the same data:
+averaged over the trailing 5 s (from the daemon's word on whether the slowdown can be read,
+as the test scores), and figures the running count again from the same data:
 
 - the formula `q·slots + (1 − q)·b` (q the share of the probes of the last 10 s that found
   every slot busy, b the batch the others decoded beside: `ProbesAloneEstimator._running`)
@@ -143,8 +144,10 @@ async def one_run(seconds: float) -> dict[str, tuple[float, float]]:
         with recording(reads), fa.sim_process(*ENGINE) as base:
             capacity = await fa.measure_capacity(base, 2 * SLOTS, 12)
             level = fa.Level("poisson0.5", "poisson", rate=0.5 * capacity)
+            # Scored from the daemon's word on the slowdown, as the test is: before it the
+            # figure comes and goes with the pairs' running judgement.
             await fa.run_levels(base, [level], PROBE, settle=10, seconds=seconds, learn=20,
-                                learn_grace=30)  # fmt: skip
+                                learn_grace=90, until_word=True)  # fmt: skip
     finally:
         fa._sample = sample
     when = [r.at for r in reads]
