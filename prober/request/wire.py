@@ -309,7 +309,10 @@ class ArrivalStampingHandler(ResponseHandler):
 
 
 def arrival_clock(resp: aiohttp.ClientResponse) -> ArrivalStampingHandler | None:
-    """The protocol stamping `resp`'s arrivals, or None (a session not from `request_session`)."""
+    """The protocol stamping `resp`'s arrivals while its connection still carries them, or
+    None: a session not from `request_session`, or a body that came whole with its headers
+    (the connection is back in the pool, perhaps carrying another request: `carried_by`
+    for what is fixed per connection)."""
     connection = resp.connection
     protocol = connection.protocol if connection is not None else None
     return protocol if isinstance(protocol, ArrivalStampingHandler) else None
@@ -319,8 +322,10 @@ def carried_by(resp: aiohttp.ClientResponse) -> ArrivalStampingHandler | None:
     """The protocol of the connection `resp` came on, even once that connection went back to
     the pool: a body complete with its headers (a short answer read in one go) releases it
     before the response is handed over, and `resp.connection` is None by then. Through a
-    proxy's CONNECT tunnel that lost the TLS phase of 3 probes in 200 (2026-12-07). aiohttp
-    keeps the protocol in `_protocol` from `start` on (the versions pyproject.toml pins)."""
+    proxy's CONNECT tunnel that lost the TLS phase of 3 probes in 200. For what is fixed per
+    connection (when it connected), never its arrivals. aiohttp keeps the protocol in
+    `_protocol` from `start` on (the versions pyproject.toml pins); where a later one does
+    not, this falls back to the connection, as `arrival_clock`."""
     protocol = getattr(resp, "_protocol", None)
     return protocol if isinstance(protocol, ArrivalStampingHandler) else arrival_clock(resp)
 

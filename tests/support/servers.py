@@ -34,15 +34,19 @@ def fast_spec(url: str) -> RequestSpec:
 
 
 @asynccontextmanager
-async def serve_app(app: web.Application) -> AsyncIterator[str]:
-    """Serve `app` on a free loopback port; yield its root URL (`http://127.0.0.1:N`)."""
+async def serve_app(
+    app: web.Application, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """Serve `app` on a free loopback port, behind TLS where `ssl_context` is given; yield its
+    root URL (`http://127.0.0.1:N`, or `https://`)."""
     # Cancel handlers when the client goes away, so a sleeping handler never delays teardown.
     runner = web.AppRunner(app, shutdown_timeout=0.2, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
     await site.start()
+    scheme = "http" if ssl_context is None else "https"
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        yield f"{scheme}://127.0.0.1:{bound_port(runner)}"
     finally:
         await runner.cleanup()
 
@@ -62,13 +66,8 @@ async def serve_tls(app: web.Application, cert: Path, key: str | Path) -> AsyncI
     """Serve `app` behind TLS with a self-signed certificate; yield its https root."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
-    try:
-        yield f"https://127.0.0.1:{bound_port(runner)}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, context) as root:
+        yield root
 
 
 @asynccontextmanager
