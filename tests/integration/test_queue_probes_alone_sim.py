@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 
 import pytest
 
@@ -101,8 +101,7 @@ def variants(request: pytest.FixtureRequest) -> dict[int | None, Future[tuple[fl
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(len(chosen), mp_context=spawn) as pool:
         futures = {hint: pool.submit(_in_a_process, hint) for hint in chosen}
-        wait(futures.values())
-    return futures
+    return futures  # done: leaving the pool waits for every variant
 
 
 @pytest.mark.parametrize("hint", [SLOTS, None], ids=["slots-hint", "slots-learned"])
