@@ -63,10 +63,11 @@ _CANCELLED = {
 }
 
 
-def cancelled(t_sched_ns: int, mode: Mode) -> RequestResult:
-    """The result of a request scheduled at `t_sched_ns` and cancelled before it ended."""
+def cancelled(t_sched_ns: int, mode: Mode, why: str | None = None) -> RequestResult:
+    """The result of a request scheduled at `t_sched_ns` and cancelled before it ended, `why`
+    (else the mode's usual reason: shutdown, the load stopping)."""
     now = time.perf_counter_ns()
-    return RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error=_CANCELLED[mode])
+    return RequestResult(Outcome.CANCELLED, t_sched_ns, now, now, error=why or _CANCELLED[mode])
 
 
 def log_probe(bound: Any, r: RequestResult) -> None:

@@ -10,8 +10,10 @@ shows up as dispatch lag and inside TTFT instead of hiding. An arrival that woul
 server falls behind. A target that has gone silent (`EngineWatch.silent`: no token on any of
 its streams for `silent_seconds` while a request waited or failed) gets no new request either:
 its arrivals are dropped and counted (reason `silent`) until a token comes, one line logged
-when the load pauses and one when it resumes. During an outage a daemon that loads many
-targets then holds about `rate x silent_seconds` streams per target, not `max_in_flight`; the
+when the load pauses and one when it resumes, and when it pauses the load lets go of all it
+holds there but its oldest request (the rest cancelled, outcome `cancelled`). During an
+outage a daemon that loads many targets then holds, per target, at most the arrivals of one
+`silent_seconds` window until the pause and one request after it, not `max_in_flight`; the
 probes go on and see the target come back.
 
 Nothing here blocks or spins on the event loop: a trace's arrivals are drawn in a worker
@@ -63,6 +65,7 @@ _MAX_OFFSET_SECONDS = 1e9  # ~32 years: an arrival later than this ends the load
 _BATCH = 512
 _READ_AHEAD_SECONDS = 2.0
 _BATCH_SECONDS = 0.05
+SHED = "the target went silent: the load keeps only its oldest request"
 Batch = tuple[list[Request], TraceError | None, bool]  # arrivals, the fault that ended them, done
 
 
@@ -140,7 +143,8 @@ class LoadDriver:
         # The seed fixes the arrival schedule and lengths, never the cache-busting prefixes: a
         # restarted run must not resend prompts that the engine's prefix cache still holds.
         self._prompts = prompts or PromptBuilder(cache_bust=target.config.cache_bust)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # in flight, oldest first
+        self._shed: set[asyncio.Task[None]] = set()  # cancelled because the target went silent
         self._runner: asyncio.Task[None] | None = None
         self.own_load = OwnLoad() if own_load is None else own_load
         self._engine = engine
@@ -222,8 +226,8 @@ class LoadDriver:
                         continue
                     # Dispatch lag counts until the task runs.
                     task = start_now(self._one(t_sched_ns, request))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._tasks[task] = None
+                    task.add_done_callback(self._forget)
         except TraceError as exc:  # the file changed since it was checked: the load ends here
             log.error(
                 "load_trace_failed", target=self._target.name, reason=exc.reason, error=str(exc)
@@ -263,6 +267,20 @@ class LoadDriver:
             if done:
                 return
 
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+        self._shed.discard(task)
+
+    def _let_go(self) -> int:
+        """Cancel the load's requests in flight but the oldest (outcome `cancelled`, `SHED`):
+        a silent target holds one, not a stream or a pending connect per arrival of the
+        window until each times out. How many were cancelled."""
+        surplus = list(self._tasks)[1:]
+        for task in surplus:
+            self._shed.add(task)
+            task.cancel()
+        return len(surplus)
+
     def _drop(self, reason: str) -> None:
         self.dropped += 1
         self._recorder.load_dropped(self._target, reason)
@@ -277,10 +295,11 @@ class LoadDriver:
             self.paused = silent
             if silent:
                 log.warning(
-                    "load_paused", target=self._target.name,
+                    "load_paused", target=self._target.name, cancelled=self._let_go(),
                     why=f"no token on any stream for {window:g} s while a request waited or"
-                    " failed; arrivals are dropped (llmprober_load_dropped_total, reason"
-                    " silent) until one comes",
+                    " failed; the load's requests in flight but the oldest are cancelled, and"
+                    " arrivals dropped (llmprober_load_dropped_total, reason silent) until"
+                    " one comes",
                 )  # fmt: skip
             else:
                 log.info("load_resumed", target=self._target.name, dropped=self.dropped)
@@ -312,7 +331,8 @@ class LoadDriver:
                 on_first_token=first_token,
             )
         except asyncio.CancelledError:
-            result = cancelled(t_sched_ns, Mode.LOAD)
+            shed = asyncio.current_task() in self._shed
+            result = cancelled(t_sched_ns, Mode.LOAD, SHED if shed else None)
             raise
         finally:
             own.finished(had_first_token=first_token_seen)

@@ -7,8 +7,9 @@ with background load at 2/s, beside a healthy simulator target. Real processes o
 What must hold, counted (the latencies are printed, not asserted: the machine is shared; the
 figures against the goals belong to the benchmark):
 - the daemon answers every `/-/healthy` asked of it, every 50 ms throughout;
-- a target that answers no token holds few streams: its load pauses once it has been silent
-  for `load.silent_seconds`, the held-back arrivals counted (`reason="silent"`), while the
+- a target that answers no token holds one load request at most: once it has been silent for
+  `load.silent_seconds` its load pauses, the held-back arrivals counted (`reason="silent"`),
+  and lets go of what it held but the oldest request (counted, outcome `cancelled`), while the
   target that still sends a token every 2 s is slow, not silent, and keeps its open loop;
 - the healthy target's load is never held back, and its probes succeed;
 - SIGTERM ends the daemon, exit 0, within the grace plus the stop margin.
@@ -41,9 +42,10 @@ PER_WAY = 10
 RATE = 2.0  # each target's load, arrivals/s
 SILENT = 3.0  # load.silent_seconds
 SECONDS = 20.0
-# A silent target's load in flight: the arrivals of the first SILENT seconds (Poisson, mean 6),
-# far below what an open loop would hold by the end (2/s for 20 s: 40; the cap is 64).
-SILENT_HOLDS_AT_MOST = 16
+# A silent target's load in flight once paused: its oldest request, where an open loop would
+# hold 40 by the end (2/s for 20 s; the cap is 64) and the pause alone the SILENT seconds'
+# arrivals (Poisson, mean 6).
+SILENT_HOLDS_AT_MOST = 1
 
 
 def target(name: str, url: str) -> dict[str, Any]:
@@ -108,19 +110,27 @@ def test_a_fleet_of_failing_targets_holds_few_streams_and_the_daemon_answers(
     silent = {
         n: value(samples, "llmprober_load_dropped_total", target=n, reason="silent") for n in names
     }
+    let_go = {
+        n: value(samples, "llmprober_requests_total", target=n, mode="load", outcome="cancelled")
+        for n in names
+    }
     for way in WAYS:
         mine = [f"{way}-{i}" for i in range(PER_WAY)]
         print(f"{way}: load in flight {[in_flight[n] for n in mine]},"
-              f" held back {[silent[n] for n in mine]}")  # fmt: skip
+              f" held back {[silent[n] for n in mine]},"
+              f" let go {[let_go[n] for n in mine]}")  # fmt: skip
     assert health.failures == [], health.failures[:5]
     for way in ("blackhole", "drip", "keepalive"):  # no token, ever
         for i in range(PER_WAY):
             name = f"{way}-{i}"
             assert in_flight[name] <= SILENT_HOLDS_AT_MOST, (name, in_flight[name])
             assert silent[name] > 0, name
+        assert sum(let_go[f"{way}-{i}"] for i in range(PER_WAY)) > 0, way
     for i in range(PER_WAY):  # a token every 2 s: slow, not silent
         assert silent[f"slow_lines-{i}"] == 0
+        assert let_go[f"slow_lines-{i}"] == 0
     assert silent["healthy"] == 0
+    assert let_go["healthy"] == 0
     ok = [line for line in lines if '"probe_ok"' in line and '"target": "healthy"' in line]
     assert ok, "the healthy target's probes succeed"
     assert code == 0, "".join(lines[-20:])

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prober.bench.cli import add_bench_parser, config_from_args
 from prober.bench.runner import BenchRunner, PrefetchingPrompts
 from prober.capacity.state import EngineWatch
-from prober.load.driver import LoadDriver, mean_rate, requests
+from prober.load.driver import SHED, LoadDriver, mean_rate, requests
 from prober.metrics import Metrics
 from prober.prompts import PromptBuilder, SharedPrefix
 from prober.record import Recorder
@@ -624,14 +624,22 @@ async def test_a_silent_target_gets_no_new_request_until_a_token_comes(
     clock, target = FakeClock(), recording_target()
     target.hold = asyncio.Event()  # nothing answers
     engine = EngineWatch(target.activity, clock_ns=clock)
+    results: list[RequestResult] = []
     driver = LoadDriver(None, target, cfg, Recorder(metrics), engine=engine, clock=clock,  # type: ignore[arg-type]
-                        sleep=clock.sleep)  # fmt: skip
+                        sleep=clock.sleep, on_result=results.append)  # fmt: skip
     waiting = target.activity.begin(clock())  # a probe that has had no token
     driver.start()
     await turns_until(lambda: clock.now - 5_000_000_000 >= 12_000_000_000)
     assert driver.paused
     sent = len(target.sent)
     assert sent == 4  # the arrivals at 1 to 4 s: the probe had not waited 5 s yet
+    # The pause let go of all the load held there but its oldest request, each counted.
+    assert len(driver._tasks) == 1
+    requests = {"target": T.name, "model": T.model, "mode": "load"}
+    count = metrics.registry.get_sample_value
+    assert count("llmprober_requests_total", {**requests, "outcome": "cancelled"}) == 3
+    assert [r.error for r in results] == [SHED] * 3
+    assert [r.t_sched_ns for r in results] == [t for t, *_ in target.sent[1:]]
     target.activity.token(clock())
     target.activity.end(waiting)
     await turns_until(lambda: len(target.sent) > sent)
@@ -646,3 +654,6 @@ async def test_a_silent_target_gets_no_new_request_until_a_token_comes(
     said = [r.msg.get("event") for r in caplog.records if isinstance(r.msg, dict)]
     assert said.count("load_paused") == 1
     assert said.count("load_resumed") == 1
+    paused = next(r.msg for r in caplog.records if isinstance(r.msg, dict)
+                  and r.msg.get("event") == "load_paused")  # fmt: skip
+    assert paused["cancelled"] == 3
