@@ -234,14 +234,22 @@ class _Collected:
     collector reads the loop's state), for the library's encoder to format in the worker:
     the families are new objects nobody else holds, and formatting them (sorting, escaping,
     a float's text per sample) was most of the time the loop spent on the capacity
-    collector of 201 targets. A registry of that one collector to the encoders."""
+    collector of 201 targets. A collector with a `read_on_loop` and a `families_from` step (the
+    capacity collector) has only the first run on the loop; its families are made in the
+    worker too, from what it read. A registry of that one collector to the encoders."""
 
     def __init__(self, collector: Collector, escaping: str) -> None:
-        self.families = list(collector.collect())
+        read = getattr(collector, "read_on_loop", None)
+        families = getattr(collector, "families_from", None)
+        if callable(read) and callable(families):
+            self._read: Any = read()
+            self._families: Callable[[Any], Iterable[Any]] | None = families
+        else:
+            self._read, self._families = list(collector.collect()), None
         self.escaping = escaping
 
     def collect(self) -> Iterable[Any]:
-        return self.families
+        return self._read if self._families is None else self._families(self._read)
 
     def render(self, out: list[str], form: str) -> None:
         if form == TEXT:

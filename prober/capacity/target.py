@@ -22,9 +22,9 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily
@@ -357,15 +357,48 @@ def _estimated_saturation(est: Estimate) -> float | None:
     return saturation(est.waiting, est.running, est.slots)
 
 
+class Reading(NamedTuple):
+    """One target's figures at a scrape, read on the loop (`CapacityCollector.read_on_loop`)."""
+
+    key: list[str]  # target, model
+    est: Estimate
+    state: EngineState
+    hinted: bool  # the slots come from the `slots` hint
+    saturation: float | None  # of the estimate
+    snapshot: ServerSnapshot | None  # the engine's own figures, where scraped
+    server_saturation: float | None
+
+
 class CapacityCollector(Collector):
     """Exports queue depth (estimate and server), the estimate's basis, slots, saturation and
-    KV usage at scrape time."""
+    KV usage at scrape time.
+
+    Two steps: `read_on_loop` takes each target's figures from the loop's state, and
+    `families_from` makes the gauge families from them (pure: `exposition.py` runs it in its
+    worker thread; ~15 samples a target, most of the collector's time)."""
 
     def __init__(self, capacities: Collection[TargetCapacity]) -> None:
         # Kept as given, read at each scrape: the daemon's is a live view of its fleet.
         self._capacities = capacities
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self.families_from(self.read_on_loop())
+
+    def read_on_loop(self) -> list[Reading]:
+        readings = []
+        for cap in self._capacities:
+            est = cap.estimate()
+            snap = cap.snapshot
+            readings.append(Reading(
+                [cap.target.labels.target, cap.target.labels.model], est,
+                cap.engine_state(est).state, cap.target.config.slots is not None,
+                _estimated_saturation(est), snap,
+                None if snap is None else cap.server_saturation(est),
+            ))  # fmt: skip
+        return readings
+
+    @staticmethod
+    def families_from(readings: Iterable[Reading]) -> list[GaugeMetricFamily]:
         depth = gauge_family(specs.QUEUE_DEPTH)
         basis = gauge_family(specs.QUEUE_ESTIMATE_BASIS)
         drain = gauge_family(specs.QUEUE_DRAIN_RATE)
@@ -374,10 +407,7 @@ class CapacityCollector(Collector):
         sat = gauge_family(specs.SATURATION)
         kv = gauge_family(specs.SERVER_KV_CACHE_USAGE)
         engine = gauge_family(specs.ENGINE_STATE)
-        for cap in self._capacities:
-            key = [cap.target.labels.target, cap.target.labels.model]
-            est = cap.estimate()
-            now = cap.engine_state(est).state
+        for key, est, now, hinted, saturation_, snap, server_saturation in readings:
             for s in EngineState:
                 engine.add_metric([*key, s.value], 1.0 if s is now else 0.0)
             for state, value in (("waiting", est.waiting), ("running", est.running)):
@@ -390,18 +420,16 @@ class CapacityCollector(Collector):
             for d in Drain:
                 drain_basis.add_metric([*key, d.value], 1.0 if d is est.drain_basis else 0.0)
             if est.slots is not None:
-                hinted = cap.target.config.slots is not None
                 slots.add_metric([*key, "hint" if hinted else "learned"], est.slots)
-            if (value := _estimated_saturation(est)) is not None:
-                sat.add_metric([*key, "estimate"], value)
-            snap = cap.snapshot
+            if saturation_ is not None:
+                sat.add_metric([*key, "estimate"], saturation_)
             if snap is None:
                 continue
             for state, value in (("waiting", snap.waiting), ("running", snap.running)):
                 if value is not None:
                     depth.add_metric([*key, "server", state], value)
-            if (value := cap.server_saturation(est)) is not None:
-                sat.add_metric([*key, "server"], value)
+            if server_saturation is not None:
+                sat.add_metric([*key, "server"], server_saturation)
             if snap.kv_usage_ratio is not None:
                 kv.add_metric(key, snap.kv_usage_ratio)
-        yield from (depth, basis, drain, drain_basis, slots, sat, kv, engine)
+        return [depth, basis, drain, drain_basis, slots, sat, kv, engine]

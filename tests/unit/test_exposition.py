@@ -9,8 +9,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import math
+import threading
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 import pytest
@@ -153,6 +155,43 @@ def test_the_daemons_own_metrics() -> None:
         )
         metrics.record(result(Outcome.HTTP_5XX, http_status=503), labels, mode, slo)
     assert_same(metrics.registry)
+
+
+class TwoSteps(Families):
+    """A collector read on the loop, its families made from the reading, like the capacity
+    collector; notes the thread of each step."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, str] = {}
+
+    def read_on_loop(self) -> float:
+        self.threads["read"] = threading.current_thread().name
+        return 3.0
+
+    def families_from(self, waiting: float) -> list[GaugeMetricFamily]:
+        self.threads["families"] = threading.current_thread().name
+        family = GaugeMetricFamily("custom_depth", "Depth.", labels=["s"])
+        family.add_metric(["waiting"], waiting)
+        return [family]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self.families_from(self.read_on_loop())
+
+
+def test_a_two_step_collector_makes_its_families_off_the_loop() -> None:
+    """Only its reading is taken where `plan` runs (the loop); its families are made where
+    `assemble` runs (the worker), and the output is the library's."""
+    registry = CollectorRegistry()
+    collector = TwoSteps()
+    registry.register(collector)
+    fast = FastExposition(registry)
+    plan = fast.plan(TEXT)
+    assert plan is not None
+    assert collector.threads == {"read": threading.current_thread().name}
+    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool:
+        got = pool.submit(fast.assemble, plan, TEXT).result()
+    assert collector.threads["families"].startswith("worker")
+    assert got == exposition.generate_latest(registry)
 
 
 def test_series_appear_and_vanish_between_renders() -> None:
