@@ -331,9 +331,12 @@ class LoadDriver:
                 on_first_token=first_token,
             )
         except asyncio.CancelledError:
-            shed = asyncio.current_task() in self._shed
-            result = cancelled(t_sched_ns, Mode.LOAD, SHED if shed else None)
-            raise
+            if asyncio.current_task() not in self._shed:
+                result = cancelled(t_sched_ns, Mode.LOAD)
+                raise
+            # Let go by the driver itself: the task ends here, so it keeps no CancelledError
+            # whose traceback would hold this request's frames until a full collection.
+            result = cancelled(t_sched_ns, Mode.LOAD, SHED)
         finally:
             own.finished(had_first_token=first_token_seen)
             self._recorder.load_in_flight(target, -1)

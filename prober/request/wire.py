@@ -292,6 +292,10 @@ class ArrivalStampingHandler(ResponseHandler):
             answer.set_exception(self._cut)  # aiohttp set "payload not completed" over it
         if self.on_read is not None:
             self.on_read()
+        # The answer refers back to this protocol: as aiohttp drops its `_payload`, so that
+        # a connection lost mid-body is freed when its last user lets go, not by a full
+        # collection (a fleet's ended streams: thousands a minute).
+        self._answer = None
 
     def read_pending(self) -> None:
         """Give aiohttp what was kept, then `on_read` what it parsed (the pump's call)."""

@@ -629,6 +629,8 @@ async def test_a_silent_target_gets_no_new_request_until_a_token_comes(
                         sleep=clock.sleep, on_result=results.append)  # fmt: skip
     waiting = target.activity.begin(clock())  # a probe that has had no token
     driver.start()
+    await turns_until(lambda: len(target.sent) == 4)
+    held = list(driver._tasks)
     await turns_until(lambda: clock.now - 5_000_000_000 >= 12_000_000_000)
     assert driver.paused
     sent = len(target.sent)
@@ -640,6 +642,8 @@ async def test_a_silent_target_gets_no_new_request_until_a_token_comes(
     assert count("llmprober_requests_total", {**requests, "outcome": "cancelled"}) == 3
     assert [r.error for r in results] == [SHED] * 3
     assert [r.t_sched_ns for r in results] == [t for t, *_ in target.sent[1:]]
+    # Each ended there, keeping no CancelledError (whose traceback holds its frames).
+    assert [t.done() and not t.cancelled() for t in held] == [False, True, True, True]
     target.activity.token(clock())
     target.activity.end(waiting)
     await turns_until(lambda: len(target.sent) > sent)
