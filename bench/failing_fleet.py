@@ -1,7 +1,7 @@
 """A fleet of failing targets beside a healthy one (issue 38 item 6): is the daemon still there?
 
     .venv/bin/python bench/failing_fleet.py [--targets 200] [--seconds 20] [--baseline]
-        [--repeat N] [--profile FILE]
+        [--repeat N] [--pin] [--profile FILE]
 
 Processes: the simulator (the healthy target's engine), the failing server
 (`tests/support/failing_server.py`: each target's path picks one way of failing: `blackhole`,
@@ -22,7 +22,11 @@ app's shutdown took (`runner.cleanup()`, the drain SIGTERM starts, grace 2 s). `
 runs the healthy target alone first; `--repeat N` alternates the two N times and ends with the
 medians, their ratios, and the TTFT with the engine's part held at the baseline's. Goals:
 `/-/healthy` p99 <= 100 ms, `/metrics` p99 <= 1 s, TTFT within 2x the baseline, shutdown within
-the grace + 2 s. `--profile FILE` writes the worker's cProfile.
+the grace + 2 s. `--profile FILE` writes the worker's cProfile. `--pin` gives the daemon the
+first CPU and everything else the others: on a machine of two, the failing server (which
+stands for 200 other machines: ~40 % of a core writing keep-alives and drips) and the simulator
+otherwise share the daemon's CPU, and the daemon's part then holds the kernel's scheduling
+waits as well as its own.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -180,6 +185,8 @@ def run(ns: argparse.Namespace, sim: Sim, targets: int, ports: tuple[int, int]) 
             str(ns.silent_seconds)]  # fmt: skip
     if ns.profile and targets:
         args += ["--profile", ns.profile]
+    if ns.cpu is not None:
+        args += ["--cpu", str(ns.cpu)]
     proc = subprocess.Popen(args, cwd=ROOT)
     try:
         wait_http(f"http://127.0.0.1:{port}/-/healthy")
@@ -244,13 +251,29 @@ def main() -> None:
         "--repeat", type=int, default=1, metavar="N", help="runs of each (default 1)"
     )
     parser.add_argument("--profile", help="write the worker's cProfile here")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the daemon on the first CPU, everything else (the simulator, the failing server,"
+        " this process) on the others: the failing targets and the engine stand for other"
+        " machines, and on a small machine they would take the daemon's CPU (needs 2 CPUs)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sim-url", help=argparse.SUPPRESS)
     parser.add_argument("--failing-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hole-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.worker and ns.cpu is not None:
+        os.sched_setaffinity(0, {ns.cpu})
+    elif ns.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error(f"--pin needs 2 CPUs, this process may use {len(cpus)}")
+        ns.cpu = cpus[0]  # the daemon's
+        os.sched_setaffinity(0, cpus[1:])  # the simulator and the failing server inherit it
     if ns.worker:
         set_loop("uvloop")
         emit(asyncio.run(daemon(ns)), ns.out)
