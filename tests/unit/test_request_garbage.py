@@ -24,7 +24,7 @@ from prober.request.timeouts import Timeouts
 from prober.request.wire import ArrivalStampingHandler, client_session
 from prober.result import Outcome
 from tests.support.servers import serve
-from tests.support.sse import chunk, start_stream
+from tests.support.sse import chunk, sse, start_stream
 
 QUICK = Timeouts(connect_seconds=2, first_token_seconds=0.3, idle_seconds=0.3, total_seconds=2)
 
@@ -69,6 +69,31 @@ def ours(garbage: list[object]) -> list[str]:
         elif isinstance(obj, types.FrameType) and "/prober/" in obj.f_code.co_filename:
             found.append(f"frame {obj.f_code.co_name}")
     return found
+
+
+async def test_a_retried_stale_connection_leaves_no_cycle() -> None:
+    """The server closes a kept-alive connection as the next request is sent on it (llama-server
+    does after every stream): the request is retried, and the stale attempt's fault is let go."""
+    body = chunk({"content": "a"}) + sse("[DONE]")
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    answer += b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    async def answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.read(4096)  # the short body came with the head, or comes now
+        writer.write(answer)
+        await reader.readuntil(b"\r\n\r\n")  # the next request, on the kept-alive connection
+        writer.close()
+
+    server = await asyncio.start_server(answer_once, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    async with server, client_session() as session:
+        spec = RequestSpec(url, Api.CHAT, "m", "hi", 4, timeouts=QUICK)
+        results = [await stream_request(session, spec, 0)]
+        with saved_garbage() as garbage:
+            results += [await stream_request(session, spec, 0) for _ in range(3)]
+    assert [r.outcome for r in results] == [Outcome.OK] * 4, [r.error for r in results]
+    assert ours(garbage) == []
 
 
 @pytest.mark.parametrize(
