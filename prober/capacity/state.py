@@ -102,11 +102,6 @@ class EngineWatch:
             self._moved_ns = self._clock_ns()
         self._counter = value
 
-    def spoke(self) -> tuple[int | None, int | None]:
-        """When a token last came on any stream and when the counter last moved: a pause on
-        silence ends when this changes (`load.driver`), not when the evidence for it lapses."""
-        return self.activity.last_token_ns, self._moved_ns
-
     def silent(self, seconds: float) -> bool:
         """Whether the target has been silent for `seconds`: no token on any of its streams and
         no movement of the engine's counter (where read) in them, while a request waited

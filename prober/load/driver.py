@@ -149,10 +149,6 @@ class LoadDriver:
         self.own_load = OwnLoad() if own_load is None else own_load
         self._engine = engine
         self.paused = False  # the target was silent at the last arrival
-        self._spoke: tuple[int | None, int | None] = (
-            None,
-            None,
-        )  # `EngineWatch.spoke` at the pause
         self.sent = 0
         self.dropped = 0
 
@@ -290,18 +286,13 @@ class LoadDriver:
         self._recorder.load_dropped(self._target, reason)
 
     def _silent(self) -> bool:
-        """Whether the target is silent now; a change is logged once. Once paused, it stays
-        silent until a token comes (or the engine's counter moves): between a blackholed
-        target's probes, each failing at its connect time-out, no request may have waited
-        the whole window, and that is no answer."""
+        """Whether the target is silent now; a change is logged once."""
         window = self._cfg.silent_seconds
-        engine = self._engine
-        if engine is None or window is None:
+        if self._engine is None or window is None:
             return False
-        silent = engine.spoke() == self._spoke if self.paused else engine.silent(window)
+        silent = self._engine.silent(window)
         if silent != self.paused:
             self.paused = silent
-            self._spoke = engine.spoke()
             if silent:
                 log.warning(
                     "load_paused", target=self._target.name, cancelled=self._let_go(),
