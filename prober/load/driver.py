@@ -12,9 +12,10 @@ its streams for `silent_seconds` while a request waited or failed) gets no new r
 its arrivals are dropped and counted (reason `silent`) until a token comes, one line logged
 when the load pauses and one when it resumes, and when it pauses the load lets go of all it
 holds there but its oldest request (the rest cancelled, outcome `cancelled`). During an
-outage a daemon that loads many targets then holds, per target, at most the arrivals of one
-`silent_seconds` window until the pause and one request after it, not `max_in_flight`; the
-probes go on and see the target come back.
+outage a daemon that loads many targets then holds, per target, the arrivals of one
+`silent_seconds` window until the pause and one request after it (the pause ends when its
+evidence lapses too: a moment's arrivals between probes that fail slower than the window),
+not `max_in_flight`; the probes go on and see the target come back.
 
 Nothing here blocks or spins on the event loop: a trace's arrivals are drawn in a worker
 thread (`_take`: the file is opened and read there, a batch bounded in count, in how far
