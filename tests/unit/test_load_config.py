@@ -637,9 +637,9 @@ async def test_a_silent_target_gets_no_new_request_until_a_token_comes(
     assert sent == 4  # the arrivals at 1 to 4 s: the probe had not waited 5 s yet
     # The pause let go of all the load held there but its oldest request, each counted.
     assert len(driver._tasks) == 1
-    requests = {"target": T.name, "model": T.model, "mode": "load"}
+    load_labels = {"target": T.name, "model": T.model, "mode": "load"}
     count = metrics.registry.get_sample_value
-    assert count("llmprober_requests_total", {**requests, "outcome": "cancelled"}) == 3
+    assert count("llmprober_requests_total", {**load_labels, "outcome": "cancelled"}) == 3
     assert [r.error for r in results] == [SHED] * 3
     assert [r.t_sched_ns for r in results] == [t for t, *_ in target.sent[1:]]
     # Each ended there, keeping no CancelledError (whose traceback holds its frames).
