@@ -170,7 +170,7 @@ class BodyReader:
             # a full buffer, a flood), which refills it from bytes that came with this read,
             # and no later read may come to call again while the transport stays paused.
             while chunk := content.read_nowait():  # raises what ended the connection
-                if self.take(chunk, protocol.received_ns):
+                if self.take(chunk, protocol.read_ns):
                     ended.set_result(True)
                     return False
             if content.at_eof():

@@ -53,6 +53,7 @@ Stamping = Literal["protocol", "fallback"]
 _SLICE_NS = 50_000  # parsing between two polls of the loop's sockets (`ReadPump`)
 _OVERDUE_NS = 5_000_000  # a read waiting this long is parsed on the pump's next pass
 _MAX_KEPT_BYTES = 256 * 1024  # read but not yet parsed, on one connection
+_MAX_KEPT_READS = 8  # reads kept apart on one connection, each with its own stamp
 _log = get_logger("prober.wire")
 
 
@@ -141,6 +142,7 @@ class ArrivalStampingHandler(ResponseHandler):
     exchange ends with `ResponseTooLarge` and the connection is closed (`_cut_off`)."""
 
     received_ns = 0
+    read_ns = 0  # when the bytes aiohttp is parsing now arrived: their events' stamp
     made_ns = 0
     waiting_ns = 0  # the first read not parsed yet arrived then (the pump's queue)
     on_read: Callable[[], bool] | None = None  # False: the reader wants no more of the body
@@ -149,6 +151,7 @@ class ArrivalStampingHandler(ResponseHandler):
         self.tcp_ns = time.perf_counter_ns()
         self._pump = ReadPump() if pump is None else pump
         self._kept: list[bytes] = []
+        self._kept_ns: list[int] = []  # each kept read's arrival
         self._kept_bytes = 0
         self._read_soon = False
         self.meter = ExchangeMeter()
@@ -221,6 +224,7 @@ class ArrivalStampingHandler(ResponseHandler):
                     # follows waits, unparsed. An endless stream thus costs the parsing up to
                     # its bound, not a whole read past it (256 KiB: ~3,000 chunks of events).
                     self._kept.insert(0, data[pos + size :])
+                    self._kept_ns.insert(0, self.read_ns)
                     self._kept_bytes += end - pos - size
                     return
                 else:
@@ -242,7 +246,7 @@ class ArrivalStampingHandler(ResponseHandler):
         read) ends with `ResponseTooLarge`, and the connection is closed."""
         exc = ResponseTooLarge(problem)
         self._cut = exc
-        self._kept, self._kept_bytes = [], 0
+        self._kept, self._kept_ns, self._kept_bytes = [], [], 0
         self.set_exception(exc)
         if self._answer is not None:
             self._answer.set_exception(exc)
@@ -269,11 +273,13 @@ class ArrivalStampingHandler(ResponseHandler):
                 return
         if not data or self.on_read is None:
             self._give_kept()
+            self.read_ns = self.received_ns
             self._parse(data)
             return
         self._kept.append(data)
+        self._kept_ns.append(self.received_ns)
         self._kept_bytes += len(data)
-        if self._kept_bytes > _MAX_KEPT_BYTES:
+        if self._kept_bytes > _MAX_KEPT_BYTES or len(self._kept) > _MAX_KEPT_READS:
             self.read_pending()  # a flood is parsed at once, as aiohttp alone would
         elif not self._read_soon:
             self._read_soon = True
@@ -298,17 +304,26 @@ class ArrivalStampingHandler(ResponseHandler):
         self._answer = None
 
     def read_pending(self) -> None:
-        """Give aiohttp what was kept, then `on_read` what it parsed (the pump's call)."""
+        """Give aiohttp each kept read in turn and `on_read` what it parsed, stamped when that
+        read arrived (the pump's call): joined, every event took the last read's stamp."""
         self._read_soon = False
-        self._give_kept()
-        if self.on_read is not None:
-            self.on_read()
+        if self.on_read is None:
+            self._give_kept()
+            return
+        kept, stamps = self._kept, self._kept_ns
+        while True:
+            if kept:
+                self.read_ns = stamps.pop(0)
+                self._kept_bytes -= len(data := kept.pop(0))
+                self._parse(data)
+            if self.on_read is None or not self.on_read() or not kept:
+                return
 
     def _give_kept(self) -> None:
         if kept := self._kept:
             data = kept[0] if len(kept) == 1 else b"".join(kept)
-            self._kept = []
-            self._kept_bytes = 0
+            self.read_ns = self._kept_ns[-1]
+            self._kept, self._kept_ns, self._kept_bytes = [], [], 0
             self._parse(data)
 
 

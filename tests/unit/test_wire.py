@@ -124,6 +124,43 @@ async def test_every_read_stamp_is_an_arrival(monkeypatch: pytest.MonkeyPatch) -
     assert result.t_first_byte_ns in arrivals
 
 
+async def test_reads_parsed_late_keep_their_own_stamps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tokens 30 ms apart, both kept before the pump gets to them (it runs 80 ms after
+    the first arrived, as behind a busy loop): each is stamped when its own read arrived. Joined
+    into one parse, both took the second's stamp: the first token late by 30 ms, the gap 0."""
+    arrivals: set[int] = set()
+    original = ArrivalStampingHandler.data_received
+
+    def noting(self: ArrivalStampingHandler, data: bytes) -> None:
+        original(self, data)
+        arrivals.add(self.received_ns)
+
+    def late(self: wire.ReadPump, protocol: ArrivalStampingHandler) -> None:
+        self._pending.append(protocol)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_later(0.08, self._run)
+
+    monkeypatch.setattr(ArrivalStampingHandler, "data_received", noting)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = await start_stream(request)
+        await asyncio.sleep(0.05)  # the body's reader is waiting: what follows is kept
+        monkeypatch.setattr(wire.ReadPump, "want", late)
+        for token in ("a", "b"):
+            await resp.write(chunk({"content": token}))
+            await asyncio.sleep(0.03)
+        await resp.write(chunk({}, "stop") + sse("[DONE]"))
+        return resp
+
+    async with serve(handler) as url, request_session(aiohttp.TCPConnector()) as session:
+        result = await stream_request(session, fast_spec(url), 0)
+    assert result.output_tokens == 2, result.error
+    first, second = result.token_event_ns
+    assert {first, second} <= arrivals
+    assert second - first > 15_000_000  # written 30 ms apart
+
+
 async def test_no_empty_read_is_fed_to_the_parser_while_nothing_is_paused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
