@@ -21,7 +21,8 @@ collector read the fleet's mappings live, so a reload is followed without rebuil
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,26 @@ from prober.settings import TargetConfig
 from prober.targets import Target
 
 log = get_logger("prober.fleet")
+LOCKSTEP_TARGETS = 3  # targets starting together on one load seed: said (`_say_lockstep`)
+
+
+def _say_lockstep(started: Iterable[Target]) -> None:
+    """One line per load seed shared by `LOCKSTEP_TARGETS` or more targets starting together.
+    A seed fixes the instants, so their requests leave at once: a burst on the daemon, each
+    of them set up in the same turn of its loop (docs/performance.md §9), and on any gateway
+    they share. Said, not changed: the same instants for the same seed is what a seed is for
+    (an A/B of two endpoints under one schedule)."""
+    seeds = Counter(
+        load.seed
+        for target in started
+        if (load := target.config.load) is not None and load.seed is not None
+        and load.trace is None
+    )  # fmt: skip
+    for seed, count in sorted(seeds.items()):
+        if count >= LOCKSTEP_TARGETS:
+            log.warning("load_lockstep", seed=seed, targets=count,
+                        note="their arrivals leave at the same instants: give each its own"
+                        " seed, or none")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,7 @@ class Fleet:
                 await self._change(self.members[name], built[name], found, old_shard)
             for name in plan.added:
                 await self._start(built[name])
+            _say_lockstep(built[name] for name in plan.added)
         return plan
 
     def _plan(

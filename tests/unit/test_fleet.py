@@ -211,3 +211,25 @@ async def test_a_shard_change_moves_only_the_targets_it_must(fleet: Fleet) -> No
     for n in names:  # still probed here: untouched; moved away: restarted, unprobed
         assert (fleet.members[n] is kept[n]) == (n in probed)
     assert set(fleet.probed) == probed
+
+
+async def test_targets_starting_on_one_load_seed_are_said_once(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three or more targets whose load starts together on one seed send at the same instants:
+    one warning per such seed. Two on a seed (an A/B), targets without one, and a target that
+    joins later (its instants count from its own start) are not said."""
+
+    def seeded(name: str, seed: int | None) -> TargetConfig:
+        return config(name=name, load={"rate": 0.001, "seed": seed})
+
+    wanted = {n: seeded(n, 1) for n in "abc"} | {n: seeded(n, 2) for n in "de"}
+    wanted |= {n: seeded(n, None) for n in "fgh"}
+    await fleet.apply(wanted)
+    said = [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+    lockstep = [m for m in said if m.get("event") == "load_lockstep"]
+    assert [(m["seed"], m["targets"]) for m in lockstep] == [(1, 3)]
+    caplog.clear()
+    await fleet.apply(wanted | {"i": seeded("i", 1)})
+    assert not [r for r in caplog.records if isinstance(r.msg, dict)
+                and r.msg.get("event") == "load_lockstep"]  # fmt: skip
