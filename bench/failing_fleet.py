@@ -70,7 +70,7 @@ from tests.support.failing_server import WAYS
 SETTLE_SECONDS = 3.0
 # The simulator's decode step. At the benchmarks' usual 10 ms a first token waits for the step
 # under way, 0 to 10 ms: the engine's part of a TTFT was bimodal (2.7-4.2 or 9.2-12.6 ms, by
-# set of runs) and the median of 50 moved between the modes from run to run, whatever the
+# set of runs) and the median of ~45 moved between the modes from run to run, whatever the
 # daemon did. At 2 ms it is steady, and the ratio of the TTFTs reads the daemon.
 SIM_STEP_SECONDS = 0.002
 GRACE_SECONDS = 2.0
