@@ -150,8 +150,7 @@ class ArrivalStampingHandler(ResponseHandler):
     def __init__(self, *args: Any, pump: ReadPump | None = None, **kwargs: Any) -> None:
         self.tcp_ns = time.perf_counter_ns()
         self._pump = ReadPump() if pump is None else pump
-        self._kept: list[bytes] = []
-        self._kept_ns: list[int] = []  # each kept read's arrival
+        self._kept: list[tuple[bytes, int]] = []  # each read not parsed yet, and its arrival
         self._kept_bytes = 0
         self._read_soon = False
         self.meter = ExchangeMeter()
@@ -223,8 +222,7 @@ class ArrivalStampingHandler(ResponseHandler):
                     # The reader is done with the body (its end, or a fault it found): what
                     # follows waits, unparsed. An endless stream thus costs the parsing up to
                     # its bound, not a whole read past it (256 KiB: ~3,000 chunks of events).
-                    self._kept.insert(0, data[pos + size :])
-                    self._kept_ns.insert(0, self.read_ns)
+                    self._kept.insert(0, (data[pos + size :], self.read_ns))
                     self._kept_bytes += end - pos - size
                     return
                 else:
@@ -246,7 +244,7 @@ class ArrivalStampingHandler(ResponseHandler):
         read) ends with `ResponseTooLarge`, and the connection is closed."""
         exc = ResponseTooLarge(problem)
         self._cut = exc
-        self._kept, self._kept_ns, self._kept_bytes = [], [], 0
+        self._kept, self._kept_bytes = [], 0
         self.set_exception(exc)
         if self._answer is not None:
             self._answer.set_exception(exc)
@@ -276,8 +274,7 @@ class ArrivalStampingHandler(ResponseHandler):
             self.read_ns = self.received_ns
             self._parse(data)
             return
-        self._kept.append(data)
-        self._kept_ns.append(self.received_ns)
+        self._kept.append((data, self.received_ns))
         self._kept_bytes += len(data)
         if self._kept_bytes > _MAX_KEPT_BYTES or len(self._kept) > _MAX_KEPT_READS:
             self.read_pending()  # a flood is parsed at once, as aiohttp alone would
@@ -310,20 +307,19 @@ class ArrivalStampingHandler(ResponseHandler):
         if self.on_read is None:
             self._give_kept()
             return
-        kept, stamps = self._kept, self._kept_ns
         while True:
-            if kept:
-                self.read_ns = stamps.pop(0)
-                self._kept_bytes -= len(data := kept.pop(0))
+            if self._kept:  # read again each turn: a cut off exchange drops what was kept
+                data, self.read_ns = self._kept.pop(0)
+                self._kept_bytes -= len(data)
                 self._parse(data)
-            if self.on_read is None or not self.on_read() or not kept:
+            if self.on_read is None or not self.on_read() or not self._kept:
                 return
 
     def _give_kept(self) -> None:
         if kept := self._kept:
-            data = kept[0] if len(kept) == 1 else b"".join(kept)
-            self.read_ns = self._kept_ns[-1]
-            self._kept, self._kept_ns, self._kept_bytes = [], [], 0
+            data = kept[0][0] if len(kept) == 1 else b"".join(d for d, _ in kept)
+            self.read_ns = kept[-1][1]
+            self._kept, self._kept_bytes = [], 0
             self._parse(data)
 
 
