@@ -2,14 +2,20 @@
 slowdown can be read from the probes' gaps, in the model of the jumps of `slots_learning.py`.
 
 The running figure below saturation is made only where one more sequence lengthens the step
-by a fifth of α (`decode._MIN_SLOWDOWN`). A learner is fed one pair at a time, as a daemon
-reads them; each row is an engine: the simulator the tests run (β 0.3 α), one a little above
-the threshold (0.25 α), llama-server's larger and wider slowdown (0.8 α, noise a third of it)
-and vLLM's CPU build, whose step barely grows against its gaps' noise (0.05 α, noise 0.1 α).
-For the decision at the eighth pair whatever it reads (the estimator before 2026-12-06) and
-for the first one `DecodeModel.settled` allows (the threshold outside the jumps' mean ± two
-standard errors, or 32 pairs): the share of learners whose first decision was wrong, and the
-pairs it took (median and 90th percentile).
+by a fifth of α (`decode._MIN_SLOWDOWN`), judged by the jumps' median or their trimmed mean,
+whichever clears it. A learner is fed one pair at a time, as a daemon reads them; each row is
+an engine and a mixture of the jumps' clusters (`slots_learning.MIXES`: foreign requests
+leaving and joining alike, leaving more, and the simulator's own mixture of 2026-12-07 with
+clusters at −β and β/2 too). The engines: the simulator the tests run (β 0.5 α) and its
+earlier setting (0.3 α), one a little above the threshold (0.25 α), llama-server's larger and
+wider slowdown (0.8 α, noise a third of it) and vLLM's CPU build, whose step barely grows
+against its gaps' noise (0.05 α, noise 0.1 α). Three first decisions: at the eighth pair
+whatever it reads (the estimator before 2026-12-06); once the threshold lies outside the
+trimmed mean ± two standard errors (before 2026-12-07); and the first `DecodeModel.settled`
+allows (the mean's interval or the sign test on the median: readable where either is sure of
+it, unreadable where both are). Either waits at most 32 pairs. For each: the share of
+learners whose first decision was wrong; for the last, the pairs it took (median, 90th
+percentile).
 
     .venv/bin/python bench/slowdown_decision.py [--trials 4000]
 """
@@ -17,41 +23,59 @@ pairs it took (median and 90th percentile).
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 
-from slots_learning import model_jumps
+from slots_learning import ALPHA_MS, MIXES, model_jumps
 
 from prober.capacity import decode
 from prober.capacity.decode import DecodeModel
 
-# (name, α ms, β/α, the gaps' noise as a share of α)
+# (name, β/α, the gaps' noise as a share of α, α ms)
 ENGINES = (
-    ("simulator", 20.0, 0.3, 0.025),
-    ("simulator", 20.0, 0.3, 0.05),
-    ("just over", 20.0, 0.25, 0.025),
-    ("llama-server", 43.0, 0.8, 0.25),
-    ("vLLM CPU", 30.0, 0.05, 0.1),
+    ("simulator", 0.5, 0.025, ALPHA_MS),
+    ("sim. before", 0.3, 0.025, ALPHA_MS),
+    ("just over", 0.25, 0.025, ALPHA_MS),
+    ("llama-server", 0.8, 0.25, 43.0),
+    ("vLLM CPU", 0.05, 0.1, 30.0),
 )
 MAX_PAIRS = 64
 
 
-def first_decisions(
-    rng: random.Random, alpha_ms: float, beta_ms: float, noise_ms: float, p_left: float,
-    p_joined: float,
-) -> tuple[tuple[bool, int], tuple[bool, int]]:  # fmt: skip
-    """((readable said at the eighth pair, 8), (readable first settled, at which pair))."""
+def _mean_only(jumps: list[float], threshold: float) -> bool:
+    """The rule before 2026-12-07: the threshold outside the trimmed mean ± two standard
+    errors."""
+    ordered = sorted(jumps)
+    cut = len(ordered) // 10
+    kept = ordered[cut : len(ordered) - cut]
+    error = statistics.stdev(kept) / math.sqrt(len(kept))
+    return abs(statistics.fmean(kept) - threshold) > decode._SURE_ERRORS * error
+
+
+def _fed(jumps: list[float], alpha_ms: float) -> DecodeModel:
     model = DecodeModel()
     model.observe(alpha_ms / 1000, full_batch=False)
-    eighth: tuple[bool, int] | None = None
-    jumps = model_jumps(rng, MAX_PAIRS, p_left, p_joined, noise_ms, beta_ms)
+    for jump in jumps:
+        model.observe_pair(alpha_ms / 1000, (alpha_ms + jump) / 1000)
+    return model
+
+
+def first_words(jumps: list[float], alpha_ms: float) -> tuple[bool, bool, bool, int]:
+    """(readable at the eighth pair, as first said by the mean alone, as first settled, at
+    which pair it settled)."""
+    eighth = _fed(jumps[: decode._MIN_PAIRS], alpha_ms).resolves(None)
+    threshold = decode._MIN_SLOWDOWN * alpha_ms
+    by_mean = next(
+        _fed(jumps[:i], alpha_ms).resolves(None)
+        for i in range(decode._MIN_PAIRS, len(jumps) + 1)
+        if i >= decode._MAX_UNSURE_PAIRS or _mean_only(jumps[:i], threshold)
+    )
+    model = _fed([], alpha_ms)
     for i, jump in enumerate(jumps, 1):
         model.observe_pair(alpha_ms / 1000, (alpha_ms + jump) / 1000)
-        if i == decode._MIN_PAIRS:
-            eighth = (model.resolves(None), i)
         if (said := model.readable()) is not None:
-            assert eighth is not None
-            return eighth, (said, i)
+            return eighth, by_mean, said, i
     raise AssertionError("never settled")  # `_MAX_UNSURE_PAIRS` < MAX_PAIRS
 
 
@@ -63,23 +87,24 @@ def main() -> None:
     rng = random.Random(args.seed)
     print(f"{args.trials} learners a row; first decision: share wrong, pairs (median, p90)")
     print(
-        f"{'engine':>12} {'β/α':>5} {'noise/α':>7} {'left/joined':>11}"
-        f" {'8th: wrong':>10}  {'settled: wrong':>14} {'pairs':>5} {'p90':>4}"
+        f"{'engine':>12} {'β/α':>5} {'noise/α':>7} {'mixture':>19}"
+        f" {'8th':>6} {'mean':>6} {'now':>6} {'pairs':>5} {'p90':>4}"
     )
-    for name, alpha, ratio, noise in ENGINES:
+    for name, ratio, noise, alpha in ENGINES:
         truth = ratio >= decode._MIN_SLOWDOWN
-        for p_left, p_joined in ((0.25, 0.25), (0.32, 0.18)):
+        for mix in MIXES[:2] + MIXES[3:]:
             runs = [
-                first_decisions(rng, alpha, ratio * alpha, noise * alpha, p_left, p_joined)
+                first_words(model_jumps(rng, MAX_PAIRS, mix, noise * alpha, ratio * alpha), alpha)
                 for _ in range(args.trials)
             ]
-            old = sum(said != truth for (said, _), _ in runs) / args.trials
-            new = sum(said != truth for _, (said, _) in runs) / args.trials
-            pairs = sorted(at for _, (_, at) in runs)
+            wrong = [sum(run[k] != truth for run in runs) / args.trials for k in range(3)]
+            pairs = sorted(run[3] for run in runs)
             p90 = pairs[int(0.9 * (len(pairs) - 1))]
+            shares = "/".join(f"{share:.2f}" for share in mix)
             print(
-                f"{name:>12} {ratio:5.2f} {noise:7.3f} {p_left:5.2f}/{p_joined:<5.2f}"
-                f" {old:10.3f}  {new:14.3f} {statistics.median(pairs):5.0f} {p90:4d}"
+                f"{name:>12} {ratio:5.2f} {noise:7.3f} {shares:>19}"
+                f" {wrong[0]:6.3f} {wrong[1]:6.3f} {wrong[2]:6.3f}"
+                f" {statistics.median(pairs):5.0f} {p90:4d}"
             )
 
 

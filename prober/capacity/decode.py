@@ -78,17 +78,24 @@ _SLOTS_KEEP = 0.65
 # There the figure read 3.0 for a true 1.6 and 3.5 for 2.8, whatever the load. A GPU far from its
 # compute limit reads its weights once a step whatever the batch: expected as flat (unmeasured).
 _MIN_SLOWDOWN = 0.2
-# Whether the slowdown clears `_MIN_SLOWDOWN` is first said once the threshold lies outside
-# the jumps' mean ± this many standard errors (`settled`), or at `_MAX_UNSURE_PAIRS` pairs
-# whatever they read. The simulator's jumps spread by about a fifth of α over clusters at 0,
-# β and 2β: eight pairs read its 0.3 α slowdown under the threshold (a fresh machine's run:
-# mean 0.17 α, median 0.07 α at the eighth pair, readable at the fifteenth, 68 s later, after
-# the level was scored), in `bench/slowdown_decision.py`'s model 11 % of the time (23 % where
-# foreign requests leave more often than they join); settled first, 2 % (12 %), at a median
-# of 15 pairs. llama-server's and vLLM's settle at 8 or 9. Until then the pairs go with every
-# probe and no figure claims the slowdown unreadable.
+# Whether the slowdown clears `_MIN_SLOWDOWN` is first said once the pairs are sure of what
+# `readable` will say (`settled`): readable where the jumps' mean lies over the threshold by
+# this many standard errors or the sign test puts their median over it (`_SIGN_LEVEL`),
+# unreadable only where both put it under; or at `_MAX_UNSURE_PAIRS` pairs whatever they read.
+# The simulator's jumps spread by about a fifth of α over clusters at 0, β and 2β: eight pairs
+# read its 0.3 α slowdown under the threshold (a fresh machine's run: mean 0.17 α, median
+# 0.07 α at the eighth pair), and pairs that bunched in the 0 cluster spread so little that
+# the mean's own interval was sure of it (CI, 2026-12-07: 13 pairs, mean 0.08 α, no running
+# figure for a whole level). In `bench/slowdown_decision.py`'s model a wrong first word at
+# the eighth pair for 11 % of learners, the mean's alone 2.6 %, both's 1.1 % (where foreign
+# requests leave more often than they join: 24, 12, 8 %); 0.5 α: 2, 0.1, 0.1 %. llama-server's
+# and vLLM's settle at a median of 8 to 10 pairs. Until then the pairs go with every probe and
+# no figure claims the slowdown unreadable.
 _SURE_ERRORS = 2.0
 _MAX_UNSURE_PAIRS = 32
+# The sign test's level on either side (`_median_side`): about what two standard errors
+# leave on one side of a normal mean (2.3 %).
+_SIGN_LEVEL = 0.025
 
 
 def median_gap(stamps: list[int] | tuple[int, ...], tokens_per_event: float) -> float | None:
@@ -209,11 +216,14 @@ class DecodeModel:
         return self._settled
 
     def _sure(self) -> bool:
-        alpha, jumps = self.alpha, _trimmed(self._jumps)
-        if alpha is None:
+        """Sure of what `readable` will say: it says readable where the median or the mean
+        clears the threshold, so the pairs are sure of that where either surely clears it,
+        and sure of the contrary only where both surely fall short."""
+        if self.alpha is None:
             return False
-        error = statistics.stdev(jumps) / math.sqrt(len(jumps))
-        return abs(statistics.fmean(jumps) - _MIN_SLOWDOWN * alpha) > _SURE_ERRORS * error
+        threshold = _MIN_SLOWDOWN * self.alpha
+        sides = (_mean_side(self._jumps, threshold), _median_side(self._jumps, threshold))
+        return 1 in sides or sides == (-1, -1)
 
     def learned_slots(self) -> int | None:
         """`1 + (gap_full − α) / β`, β the jump of one more sequence (`one_more`), where the
@@ -274,6 +284,32 @@ class DecodeModel:
             return None
         others = max(0.0, (gap - alpha) / beta)
         return others if slots is None else min(others, slots - 1.0)
+
+
+def _mean_side(jumps: Iterable[float], threshold: float) -> int:
+    """1 where the jumps' trimmed mean lies above `threshold` by more than `_SURE_ERRORS`
+    standard errors, −1 where below by as much, else 0."""
+    trimmed = _trimmed(jumps)
+    error = _SURE_ERRORS * statistics.stdev(trimmed) / math.sqrt(len(trimmed))
+    mean = statistics.fmean(trimmed)
+    return 1 if mean - threshold > error else -1 if threshold - mean > error else 0
+
+
+def _median_side(jumps: Sequence[float], threshold: float) -> int:
+    """The sign test: 1 where so few jumps lie under `threshold` that a median on it would
+    leave that few under it less than `_SIGN_LEVEL` of the time, −1 where so few lie at or
+    over it, else 0. It reads only which side each jump is on, so a sample whose jumps
+    happen to bunch in one cluster cannot make it sure, as it can the mean's standard error."""
+    n = len(jumps)
+    above = sum(j >= threshold for j in jumps)
+    if _tail(n - above, n) < _SIGN_LEVEL:
+        return 1
+    return -1 if _tail(above, n) < _SIGN_LEVEL else 0
+
+
+def _tail(k: int, n: int) -> float:
+    """P(at most k heads in n tosses of a fair coin)."""
+    return math.fsum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
 
 
 def _trimmed(jumps: Iterable[float]) -> list[float]:

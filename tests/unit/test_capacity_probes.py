@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 import statistics
 
@@ -398,6 +400,34 @@ def test_the_first_word_on_the_slowdown_waits_until_the_pairs_are_sure() -> None
     assert even.readable() is None
     even.observe_pair(ALPHA, ALPHA * 1.7)
     assert even.readable() is not None
+
+
+def test_jumps_bunched_by_chance_do_not_make_the_pairs_sure_the_slowdown_is_unreadable() -> None:
+    """Thirteen pairs of an engine whose step grows by 0.3 α, eight of them where a foreign
+    request happened to leave as the companion joined (jumps near 0): their trimmed mean,
+    0.10 α, lies more than two of its standard errors (0.036 α) under the 0.2 α threshold,
+    because the sample bunched in two clusters and so spread little. Read from it alone, the
+    pairs said "unreadable" and no running figure came for a whole level (CI, 2026-12-07:
+    13 pairs, mean 0.08 α). Five of thirteen over the threshold is no evidence the median is
+    under it (the sign test), so the word waits; pairs as the engine gives them then say
+    readable. Where every jump is small both agree: unreadable, at the eighth pair."""
+    bunched = DecodeModel()
+    bunched.observe(ALPHA, full_batch=False)
+    for jump in [0.02] * 8 + [0.25] * 5:
+        bunched.observe_pair(ALPHA, ALPHA * (1 + jump))
+    kept = sorted([0.02] * 8 + [0.25] * 5)[1:-1]
+    error = statistics.stdev(kept) / math.sqrt(len(kept))
+    assert 0.2 - statistics.fmean(kept) > 2 * error  # the mean alone would be sure
+    assert bunched.readable() is None
+    engine = itertools.cycle((0.3, 0.6, 0.3, 0.0))  # β, 2β, β, 0: 0.3 α on average
+    while bunched.readable() is None:
+        bunched.observe_pair(ALPHA, ALPHA * (1 + next(engine)))
+    assert bunched.readable()
+    flat = DecodeModel()
+    flat.observe(ALPHA, full_batch=False)
+    for jump in (0.02, -0.03, 0.05, 0.0, 0.12, 0.04, -0.02, 0.01):
+        flat.observe_pair(ALPHA, ALPHA * (1 + jump))
+    assert flat.readable() is False
 
 
 def test_the_wait_is_the_mean_of_the_last_four_probes_at_least() -> None:
