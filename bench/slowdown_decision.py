@@ -6,10 +6,11 @@ by a fifth of α (`decode._MIN_SLOWDOWN`), judged by the jumps' median or their 
 whichever clears it. A learner is fed one pair at a time, as a daemon reads them; each row is
 an engine and a mixture of the jumps' clusters (`slots_learning.MIXES`: foreign requests
 leaving and joining alike, leaving more, and the simulator's own mixture of 2026-12-07 with
-clusters at −β and β/2 too). The engines: the simulator the tests run (β 0.5 α) and its
-earlier setting (0.3 α), one a little above the threshold (0.25 α), llama-server's larger and
-wider slowdown (0.8 α, noise a third of it) and vLLM's CPU build, whose step barely grows
-against its gaps' noise (0.05 α, noise 0.1 α). Three first decisions: at the eighth pair
+clusters at −β and β/2 too). The engines: the simulator as the hinted probes-alone test runs
+it (β 0.5 α) and as it ran before (0.3 α, as the other simulator tests still do), one a
+little above the threshold (0.25 α), llama-server's larger and wider slowdown (0.8 α, noise a
+third of it) and vLLM's CPU build, whose step barely grows against its gaps' noise (0.05 α,
+noise 0.1 α). Three first decisions: at the eighth pair
 whatever it reads (the estimator before 2026-12-06); once the threshold lies outside the
 trimmed mean ± two standard errors (before 2026-12-07); and the first `DecodeModel.settled`
 allows (the mean's interval or the sign test on the median: readable where either is sure of

@@ -41,8 +41,8 @@ SLOTS = 4
 # The decode step grows by this share of α per extra sequence, by variant. With the hint the
 # half-load level's running figure is scored, and whether the batch can be read from the gaps
 # is decided by the pairs against a threshold of 0.2 α: at 0.3 α (before 2026-12-07) this
-# engine sat so near it that the first word came out "cannot be read" in about one run of
-# twenty (no running figure for a whole level; docs/flakiness.md), so 0.5 α, clearly
+# engine sat so near it that the first word came out "cannot be read" once in about twenty
+# runs (no running figure for a whole level; docs/flakiness.md), so 0.5 α, clearly
 # readable; how often that word is wrong near the threshold is `bench/slowdown_decision.py`'s
 # to measure. Without the hint no running figure is made at that level (the slots are not yet
 # known), and the queued levels' figures rest on the slots learned, whose bound (20 s into
