@@ -44,10 +44,9 @@ SLOTS = 4
 # engine sat so near it that the first word came out "cannot be read" once in about twenty
 # runs (no running figure for a whole level; docs/flakiness.md), so 0.5 α, clearly
 # readable; how often that word is wrong near the threshold is `bench/slowdown_decision.py`'s
-# to measure. Without the hint no running figure is made at that level (the slots are not yet
-# known), and the queued levels' figures rest on the slots learned, whose bound (20 s into
-# the first queue) was measured at 0.3 α: at 0.5 α the probes decode slower at full batch,
-# and one run learned them 15.6 s in, against 12.7 to 13.1 s at 0.3 α.
+# to measure. Without the hint it stays at 0.3 α, where its margins were measured: nothing it
+# scores rests on that word (no running figure is made at half load before the slots are
+# known, and the queued levels' figures rest on the slots learned).
 SLOWDOWN = {SLOTS: "0.5", None: "0.3"}
 
 

@@ -405,7 +405,7 @@ def test_the_first_word_on_the_slowdown_waits_until_the_pairs_are_sure() -> None
 def test_jumps_bunched_by_chance_do_not_make_the_pairs_sure_the_slowdown_is_unreadable() -> None:
     """Thirteen pairs of an engine whose step grows by 0.3 α, eight of them where a foreign
     request happened to leave as the companion joined (jumps near 0): their trimmed mean,
-    0.10 α, lies more than two of its standard errors (0.036 α) under the 0.2 α threshold,
+    0.10 α, lies more than two of its standard errors (0.035 α) under the 0.2 α threshold,
     because the sample bunched in two clusters and so spread little. Read from it alone, the
     pairs said "unreadable" and no running figure came for a whole level (CI, 2026-12-07:
     13 pairs, mean 0.08 α). Five of thirteen over the threshold is no evidence the median is
