@@ -24,7 +24,6 @@ percentile).
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import statistics
 
@@ -44,16 +43,6 @@ ENGINES = (
 MAX_PAIRS = 64
 
 
-def _mean_only(jumps: list[float], threshold: float) -> bool:
-    """The rule before 2026-12-07: the threshold outside the trimmed mean ± two standard
-    errors."""
-    ordered = sorted(jumps)
-    cut = len(ordered) // 10
-    kept = ordered[cut : len(ordered) - cut]
-    error = statistics.stdev(kept) / math.sqrt(len(kept))
-    return abs(statistics.fmean(kept) - threshold) > decode._SURE_ERRORS * error
-
-
 def _fed(jumps: list[float], alpha_ms: float) -> DecodeModel:
     model = DecodeModel()
     model.observe(alpha_ms / 1000, full_batch=False)
@@ -70,7 +59,7 @@ def first_words(jumps: list[float], alpha_ms: float) -> tuple[bool, bool, bool, 
     by_mean = next(
         _fed(jumps[:i], alpha_ms).resolves(None)
         for i in range(decode._MIN_PAIRS, len(jumps) + 1)
-        if i >= decode._MAX_UNSURE_PAIRS or _mean_only(jumps[:i], threshold)
+        if i >= decode._MAX_UNSURE_PAIRS or decode._mean_side(jumps[:i], threshold) != 0
     )
     model = _fed([], alpha_ms)
     for i, jump in enumerate(jumps, 1):
